@@ -1,0 +1,37 @@
+# The two commands: `make fit` (the main job) and `make test`. Each makes .venv when missing.
+PY      ?= python3
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+TORCH   ?= torch==2.13.0
+STAMP   := $(VENV)/.installed
+
+.PHONY: fit test test-fast lint assets bench clean install
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	# torch first and pinned: this machine's CPU wheel, never a multi-GB CUDA build.
+	$(VPY) -m pip install -q "$(TORCH)"
+	$(VPY) -m pip install -q -e ".[dev]" "$(TORCH)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+fit: $(STAMP)
+	$(VPY) scripts/fit.py $(ARGS)
+
+test: $(STAMP)
+	$(VPY) -m ruff check wmrl strategies callbacks scripts tests
+	$(VPY) -m pytest -q $(ARGS)
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest -q -m "not slow" $(ARGS)
+
+bench: $(STAMP)
+	$(VPY) scripts/bench.py $(ARGS)
+
+assets: $(STAMP)
+	$(VPY) scripts/make_assets.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) outputs wandb .pytest_cache

@@ -1,0 +1,1 @@
+"""Lightning callbacks used by the wmrl trainer."""

@@ -1,0 +1,1 @@
+"""Lightning strategies and accelerators for any Lightning project (torch + lightning only)."""

@@ -1,0 +1,61 @@
+"""The contracts between the parts (see DESIGN.md). Plain Protocols: implementations
+do not inherit from them; tests check conformance with ``isinstance`` where useful.
+
+Shapes: B envs, C = chunk (8), D = action_dim (7), L = C * D action tokens.
+obs = {"image": uint8 tensor [B, H, W, 3], "task": list[str] of length B}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class PolicySample:
+    """What ``Policy.sample`` returns."""
+
+    tokens: torch.Tensor  # long [B, L]: action bin indices in [0, n_bins)
+    actions: torch.Tensor  # float [B, C, D]: continuous, un-normalised env actions
+    logprobs: torch.Tensor  # float [B, L]: log pi(token) at the sampling temperature
+
+
+@runtime_checkable
+class Policy(Protocol):
+    chunk: int
+    action_dim: int
+
+    def sample(
+        self, obs: dict, temperature: float, generator: torch.Generator | None = None
+    ) -> PolicySample: ...
+
+    def log_probs(
+        self, obs: dict, tokens: torch.Tensor, temperature: float, return_entropy: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Differentiable per-token log-probs [B, L] (and per-token entropy [B, L])."""
+        ...
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    def __call__(self, frames: torch.Tensor, tasks: list[str]) -> torch.Tensor:
+        """frames uint8 [B, C, H, W, 3] -> per-frame success scores in [0, 1], float [B, C]."""
+        ...
+
+
+@runtime_checkable
+class ChunkEnv(Protocol):
+    num_envs: int
+    group_size: int
+    chunk: int
+
+    def reset(self, seed: int | None = None) -> dict: ...
+
+    def chunk_step(
+        self, actions: torch.Tensor
+    ) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """actions [B, C, D] -> (obs, rewards [B, C], terminations [B, C] bool,
+        truncations [B, C] bool, info)."""
+        ...
