@@ -1,0 +1,31 @@
+"""The main job: GRPO post-training inside the world model.
+
+    python scripts/fit.py                                  # short CPU run, tiny models
+    python scripts/fit.py trainer.max_steps=2 rollout.num_envs=8 logger=csv
+    python scripts/fit.py ckpt_path=outputs/.../checkpoints/last.ckpt   # resume
+"""
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from wmrl.config import ConfigError  # noqa: E402
+
+
+@hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from wmrl.fit import fit
+
+    try:
+        fit(cfg)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

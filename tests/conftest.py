@@ -1,0 +1,25 @@
+import os
+import sys
+
+import pytest
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
+CONF_DIR = os.path.join(ROOT, "conf")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One real local Ray for the whole session; workers can import tests/toys.py."""
+    import ray
+
+    paths = [TESTS_DIR, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    os.environ["PYTHONPATH"] = ":".join(paths)
+    if TESTS_DIR not in sys.path:
+        sys.path.insert(0, TESTS_DIR)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

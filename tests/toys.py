@@ -1,0 +1,90 @@
+"""Small test-only parts that follow the wmrl contracts, for testing the trainer machinery
+(GRPO math + Lightning + Ray) on a problem whose optimum is known by hand.
+
+``ReachEnv``: each env holds a target bin per action dim (from its group's initial state);
+the image shows the targets as pixel intensities. The episode succeeds (reward 1, then
+termination) on the first chunk whose mean |action - target| is below ``tolerance``.
+``LinearBinPolicy``: an independent softmax over 256 bins per action token, conditioned
+on the image through one linear layer - just enough for GRPO to raise the success rate.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wmrl.interfaces import PolicySample
+
+N_BINS = 256
+CENTRES = torch.linspace(-1, 1, 2 * N_BINS + 1)[1::2]  # bin centres of [-1, 1]
+
+
+class LinearBinPolicy(nn.Module):
+    def __init__(self, chunk: int = 8, action_dim: int = 7, image_size: int = 8):
+        super().__init__()
+        self.chunk, self.action_dim = chunk, action_dim
+        self.tokens = chunk * action_dim
+        self.image_size = image_size
+        self.bias = nn.Parameter(torch.zeros(self.tokens, N_BINS))
+        self.proj = nn.Linear(3 * image_size * image_size, self.tokens * N_BINS)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def logits(self, obs: dict) -> torch.Tensor:
+        x = obs["image"].float().flatten(1) / 255.0
+        return self.bias + self.proj(x).view(-1, self.tokens, N_BINS)
+
+    def sample(self, obs, temperature, generator=None) -> PolicySample:
+        logp = torch.log_softmax(self.logits(obs) / temperature, dim=-1)
+        b = logp.shape[0]
+        tokens = torch.multinomial(logp.exp().view(-1, N_BINS), 1, generator=generator)
+        tokens = tokens.view(b, self.tokens)
+        actions = CENTRES[tokens].view(b, self.chunk, self.action_dim)
+        return PolicySample(tokens, actions, logp.gather(-1, tokens[..., None]).squeeze(-1))
+
+    def log_probs(self, obs, tokens, temperature, return_entropy=False):
+        logp = torch.log_softmax(self.logits(obs) / temperature, dim=-1)
+        out = logp.gather(-1, tokens[..., None]).squeeze(-1)
+        if return_entropy:
+            return out, -(logp.exp() * logp).sum(-1)
+        return out
+
+
+class ReachEnv:
+    def __init__(self, num_envs: int, group_size: int, chunk: int = 8,
+                 max_episode_steps: int = 16, action_dim: int = 7, image_size: int = 8,
+                 tolerance: float = 0.5):
+        self.num_envs, self.group_size, self.chunk = num_envs, group_size, chunk
+        self.max_episode_steps, self.action_dim = max_episode_steps, action_dim
+        self.image_size, self.tolerance = image_size, tolerance
+
+    def reset(self, seed=None):
+        g = torch.Generator().manual_seed(seed or 0)
+        groups = self.num_envs // self.group_size
+        target = torch.rand(groups, self.action_dim, generator=g) - 0.5  # in [-.5, .5]
+        self.target = target.repeat_interleave(self.group_size, 0)
+        self.t = 0
+        self.done = torch.zeros(self.num_envs, dtype=torch.bool)
+        self.success = torch.zeros(self.num_envs, dtype=torch.bool)
+        return self._obs()
+
+    def _obs(self):
+        level = ((self.target + 1) * 127.5).round().to(torch.uint8)  # [B, D]
+        img = torch.zeros(self.num_envs, self.image_size, self.image_size, 3, dtype=torch.uint8)
+        img.view(self.num_envs, -1)[:, : self.action_dim] = level
+        return {"image": img, "task": ["reach"] * self.num_envs}
+
+    def chunk_step(self, actions):
+        err = (actions - self.target[:, None, :]).abs().mean(dim=(1, 2))
+        hit = (err < self.tolerance) & ~self.done
+        rewards = torch.zeros(self.num_envs, self.chunk)
+        terms = torch.zeros(self.num_envs, self.chunk, dtype=torch.bool)
+        rewards[:, -1] = hit.float()
+        terms[:, -1] = hit
+        self.success |= hit
+        self.done |= hit
+        self.t += self.chunk
+        truncs = torch.zeros_like(terms)
+        if self.t >= self.max_episode_steps:
+            truncs[:, -1] = ~self.done
+        return self._obs(), rewards, terms, truncs, {"success": self.success.clone()}

@@ -1,0 +1,154 @@
+r"""GRPO for chunked action-token policies, as pure torch functions (no Lightning, no Ray).
+
+Notation: N trajectories, T env steps each (T = K chunks x C steps), L tokens per row.
+Rollouts come in groups: ``group_size`` consecutive trajectories share one initial state.
+
+Returns and masks (``trajectory_returns``)::
+
+    d_i   = first t with done[i, t]            (T - 1 if never done)
+    R_i   = sum_{t <= d_i} r[i, t]
+    m[i,t] = 1[t <= d_i]
+
+Group-normalised advantages (``group_advantages``), g = the group of i::
+
+    A_i = (R_i - mean_g R) / (std_g R + eps)     scale="group" (GRPO, unbiased std)
+    A_i =  R_i - mean_g R                        scale="none"  (Dr.GRPO)
+
+Clipped surrogate per token (``policy_loss``), rho = exp(logp - logp_old)::
+
+    l_t = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
+    dual clip c (A < 0 only):  l_t = min(l_t, c |A|)
+
+Aggregation over valid tokens (L_i = number of valid tokens of row i)::
+
+    traj-mean           (1/N) sum_i (1/L_i) sum_t m l      (WoVR Eq. 11: 1/T_valid per trajectory)
+    token-mean          sum_{i,t} m l / sum_{i,t} m
+    seq-mean-token-sum  (1/N) sum_i sum_t m l
+
+Rows with no valid token contribute zero (never NaN). Every aggregation is a weighted sum
+``sum w[i,t] l[i,t]``; ``aggregation_weights`` returns those weights so a caller that splits a
+batch into micro-batches can sum micro-batch losses and get exactly the full-batch loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+AGGREGATIONS = ("traj-mean", "token-mean", "seq-mean-token-sum")
+
+
+def first_done_mask(dones: torch.Tensor) -> torch.Tensor:
+    """Bool [N, T]: steps up to and including the first done (all steps if never done)."""
+    done = dones.bool()
+    # number of dones strictly before t; a step is valid while none has happened yet
+    before = torch.cumsum(done.int(), dim=1) - done.int()
+    return before == 0
+
+
+def trajectory_returns(
+    rewards: torch.Tensor, dones: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """rewards, dones [N, T] -> (returns [N], loss_mask [N, T] bool)."""
+    if rewards.shape != dones.shape or rewards.dim() != 2:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and dones {tuple(dones.shape)} must both be [N, T]"
+        )
+    mask = first_done_mask(dones)
+    returns = (rewards * mask.to(rewards.dtype)).sum(dim=1)
+    return returns, mask
+
+
+def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    if group_size < 1 or x.shape[0] % group_size != 0:
+        raise ValueError(
+            f"{x.shape[0]} trajectories do not split into groups of group_size={group_size}"
+        )
+    return x.view(-1, group_size)
+
+
+def group_advantages(
+    returns: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
+) -> torch.Tensor:
+    """returns [N] -> advantages [N], normalised within consecutive groups of ``group_size``."""
+    g = _groups(returns.float(), group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if scale == "group":
+        std = g.std(dim=1, unbiased=True, keepdim=True) if group_size > 1 else torch.zeros_like(g)
+        centred = centred / (std + eps)
+    elif scale != "none":
+        raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
+    return centred.reshape(-1)
+
+
+def informative_groups(success: torch.Tensor, group_size: int) -> torch.Tensor:
+    """success [N] (binary) -> keep [N] bool: False for rows of groups that all failed or all
+    succeeded (zero advantage variance, no gradient)."""
+    g = _groups(success.float(), group_size)
+    rate = g.mean(dim=1, keepdim=True)
+    keep = (rate > 0) & (rate < 1)
+    return keep.expand_as(g).reshape(-1)
+
+
+def aggregation_weights(mask: torch.Tensor, aggregation: str = "traj-mean") -> torch.Tensor:
+    """mask [N, L] -> weights [N, L] so that loss = sum(weights * per_token_loss)."""
+    m = mask.float()
+    n_rows = max(m.shape[0], 1)
+    if aggregation == "traj-mean":
+        per_row = m.sum(dim=1, keepdim=True)
+        return m / per_row.clamp(min=1.0) / n_rows
+    if aggregation == "token-mean":
+        return m / m.sum().clamp(min=1.0)
+    if aggregation == "seq-mean-token-sum":
+        return m / n_rows
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: float | None = None,
+    aggregation: str = "traj-mean",
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped GRPO surrogate. logprobs/old_logprobs/mask [N, L], advantages [N].
+
+    ``weights`` [N, L] overrides the aggregation (use ``aggregation_weights`` on the full
+    batch and pass slices of it for micro-batches). Returns (loss, metrics)."""
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
+            f"mask {tuple(mask.shape)} must have the same [N, L] shape"
+        )
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (got {dual_clip})")
+    m = mask.bool()
+    adv = advantages.to(logprobs.dtype).unsqueeze(1).expand_as(logprobs)
+    log_ratio = torch.where(m, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        bounded = torch.minimum(per_token, dual_clip * adv.abs())
+        per_token = torch.where(adv < 0, bounded, per_token)
+    if weights is None:
+        weights = aggregation_weights(m, aggregation)
+    loss = (weights.to(per_token.dtype) * torch.where(m, per_token, 0.0)).sum()
+
+    with torch.no_grad():
+        n = m.sum().clamp(min=1).float()
+
+        def masked_mean(x: torch.Tensor) -> torch.Tensor:
+            return torch.where(m, x, 0.0).sum() / n
+
+        metrics = {
+            "clip_fraction": masked_mean((clipped > unclipped).float()),
+            "approx_kl": masked_mean(ratio - 1.0 - log_ratio),  # k3 estimator, >= 0
+            "ratio_mean": masked_mean(ratio),
+            "ratio_max": torch.where(m, ratio, 0.0).max() if m.any() else ratio.new_zeros(()),
+        }
+    return loss, metrics

@@ -1,0 +1,61 @@
+"""Assemble the trainer from a composed Hydra config and run it (``scripts/fit.py``)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig
+
+from callbacks.checkpoint_io import AtomicCheckpointIO
+from callbacks.step_summary import StepSummaryCallback
+from callbacks.weight_sync import WeightSyncCallback
+from wmrl.config import build, to_container, validate
+from wmrl.module import GRPOModule
+from wmrl.rollout.datamodule import RolloutDataModule
+
+# GRPOModule pulls its batch itself (``dataloader_iter``) so rollouts never run ahead of the
+# weights; Lightning flags that step flavour as experimental on every run.
+warnings.filterwarnings("ignore", message=".*dataloader_iter.*")
+
+
+def build_module(cfg: DictConfig) -> GRPOModule:
+    return GRPOModule(policy=to_container(cfg.policy), group_size=cfg.rollout.group_size,
+                      temperature=cfg.rollout.temperature, seed=cfg.seed,
+                      **to_container(cfg.algorithm))
+
+
+def build_datamodule(cfg: DictConfig) -> RolloutDataModule:
+    env = dict(to_container(cfg.world_model))
+    if cfg.get("reward"):
+        env["reward"] = to_container(cfg.reward)
+    return RolloutDataModule(policy=to_container(cfg.policy), env=env, seed=cfg.seed,
+                             **to_container(cfg.rollout))
+
+
+def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Trainer:
+    ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
+    callbacks = [
+        WeightSyncCallback(),
+        StepSummaryCallback(),
+        ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=cfg.checkpoint.every_n_steps,
+                        save_last=True, save_top_k=cfg.checkpoint.save_top_k),
+    ]
+    callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks += list(extra_callbacks or [])
+    logger = build(cfg.logger) if cfg.get("logger") else False
+    return L.Trainer(strategy=build(cfg.strategy), logger=logger, callbacks=callbacks,
+                     plugins=[AtomicCheckpointIO()], **to_container(cfg.trainer))
+
+
+def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer, GRPOModule]:
+    validate(cfg)  # before Ray or any model starts
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    module = build_module(cfg)
+    datamodule = build_datamodule(cfg)
+    trainer = build_trainer(cfg, extra_callbacks)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
+                weights_only=True)
+    return trainer, module

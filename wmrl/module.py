@@ -1,0 +1,191 @@
+"""``GRPOModule``: the LightningModule that turns one rollout batch into policy updates.
+
+One ``training_step`` = one rollout batch (pulled from the DataModule's stream, so it is
+made with the current weights) ->
+
+1. returns and step masks (``trajectory_returns``), group-normalised advantages, and the
+   group filter (all-fail / all-success groups carry no gradient and are dropped);
+2. the valid (trajectory, chunk) samples are shuffled and cut into mini-batches of
+   ``global_batch`` samples, each one optimizer step; a mini-batch is processed in
+   ``micro_batch`` pieces whose losses are weighted so their sum is exactly the mini-batch
+   loss (``aggregation_weights`` on the whole batch, rescaled by |batch| / |mini-batch|);
+3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping.
+
+With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Iterator
+
+import lightning as L
+import torch
+
+from wmrl.algorithms import grpo
+from wmrl.config import build
+
+
+class GRPOModule(L.LightningModule):
+    def __init__(
+        self,
+        policy: Any,
+        group_size: int = 8,
+        temperature: float = 1.6,
+        lr: float = 2e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-5,
+        weight_decay: float = 0.01,
+        grad_clip: float = 1.0,
+        clip_low: float = 0.2,
+        clip_high: float = 0.28,
+        dual_clip: float | None = None,
+        aggregation: str = "traj-mean",
+        advantage_scale: str = "group",
+        filter_groups: bool = True,
+        global_batch: int = 8192,
+        micro_batch: int = 32,
+        update_epochs: int = 1,
+        gradient_accumulation: bool = True,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.policy = build(policy)
+        self.group_size = group_size
+        self.temperature = temperature
+        self.optim_args = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self.grad_clip = grad_clip
+        self.loss_args = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
+        self.aggregation = aggregation
+        self.advantage_scale = advantage_scale
+        self.filter_groups = filter_groups
+        self.global_batch = global_batch
+        self.micro_batch = micro_batch
+        self.update_epochs = update_epochs
+        self.gradient_accumulation = gradient_accumulation
+        self.shuffle = torch.Generator().manual_seed(seed)
+        self.policy_version = 0  # bumped after each batch's updates; rollouts must match it
+        self.automatic_optimization = False
+        self.success_history: list[float] = []  # rollout success rate per step (this run)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
+
+    # ---- the step --------------------------------------------------------------------
+    def training_step(self, dataloader_iter: Iterator[dict[str, Any]]) -> None:
+        t0 = time.perf_counter()
+        batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
+        t_rollout = time.perf_counter() - t0
+        if batch["version"] != self.policy_version:
+            raise RuntimeError(
+                f"rollout used policy version {batch['version']} but the trainer is at "
+                f"{self.policy_version}: weight sync did not reach the rollout workers"
+            )
+        metrics = self.update(batch)
+        metrics["time/rollout_s"] = t_rollout
+        metrics["time/train_s"] = time.perf_counter() - t0 - t_rollout
+        dm = getattr(self.trainer, "datamodule", None)
+        for k, v in (getattr(dm, "last_timing", None) or {}).items():
+            metrics[f"time/{k}"] = v
+        self.policy_version += 1
+        self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=1)
+        self.log_dict({"reward": metrics["rollout/return"], "success": metrics["rollout/success"]},
+                      on_step=True, prog_bar=True, batch_size=1)
+        self.last_metrics = metrics
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """All optimizer steps for one rollout batch; returns step metrics (floats)."""
+        n, k, per_chunk = batch["tokens"].shape
+        returns, step_mask = grpo.trajectory_returns(batch["rewards"].float(), batch["dones"])
+        chunk_mask = step_mask.view(n, k, -1)[:, :, 0]  # a chunk is valid if its 1st step is
+        advantages = grpo.group_advantages(returns, self.group_size, scale=self.advantage_scale)
+        success = batch["success"].float()
+        keep = (grpo.informative_groups(success, self.group_size) if self.filter_groups
+                else torch.ones(n, dtype=torch.bool))
+        metrics = {
+            "rollout/return": returns.mean().item(),
+            "rollout/success": success.mean().item(),
+            "rollout/episode_len": step_mask.sum(1).float().mean().item(),
+            "rollout/kept_groups": keep.float().mean().item(),
+            "rollout/zero_var_groups": 1.0 - keep.float().mean().item(),
+        }
+        self.success_history.append(metrics["rollout/success"])
+        rows = keep.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return metrics  # nothing to learn from this batch: no optimizer step
+        token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
+        weights = grpo.aggregation_weights(token_mask, self.aggregation).view(-1, k, per_chunk)
+        traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # valid samples
+        samples = {
+            "image": batch["image"][rows][traj, chunk],
+            "task": [batch["task"][int(rows[i])] for i in traj],
+            "tokens": batch["tokens"][rows][traj, chunk],
+            "old_logprobs": batch["logprobs"][rows][traj, chunk].float(),
+            "advantages": advantages[rows][traj],
+            "weights": weights[traj, chunk],
+        }
+        metrics.update(self._optimize(samples))
+        return metrics
+
+    def _optimize(self, s: dict[str, Any]) -> dict[str, float]:
+        opt = self.optimizers()
+        total = s["tokens"].shape[0]
+        step = self.global_batch if self.gradient_accumulation else self.micro_batch
+        per_token: dict[str, float] = {}  # sample-weighted means over all micro-batches
+        per_step = {"loss": 0.0, "grad_norm": 0.0}  # means over optimizer steps
+        ratio_max, samples, steps = 0.0, 0, 0
+        for _ in range(self.update_epochs):
+            order = torch.randperm(total, generator=self.shuffle)
+            for mb in torch.tensor_split(order, max(1, math.ceil(total / step))):
+                scale = total / len(mb)  # mini-batch loss estimates the full-batch loss
+                for micro in torch.split(mb, self.micro_batch):
+                    loss, m = self._micro_loss(s, micro, scale)
+                    self.manual_backward(loss)
+                    per_step["loss"] += loss.item()
+                    ratio_max = max(ratio_max, m.pop("ratio_max"))
+                    for key, v in m.items():
+                        per_token[key] = per_token.get(key, 0.0) + v * len(micro)
+                    samples += len(micro)
+                per_step["grad_norm"] += self._clip_and_step(opt)
+                steps += 1
+        out = {f"train/{k}": v / samples for k, v in per_token.items()}
+        out.update({f"train/{k}": v / steps for k, v in per_step.items()})
+        out["train/ratio_max"] = ratio_max
+        out["train/optimizer_steps"] = float(steps)
+        return out
+
+    def _micro_loss(self, s: dict[str, Any], idx: torch.Tensor, scale: float):
+        dev = self.device
+        obs = {"image": s["image"][idx].to(dev), "task": [s["task"][i] for i in idx.tolist()]}
+        tokens = s["tokens"][idx].to(dev)
+        logprobs, entropy = self.policy.log_probs(obs, tokens, self.temperature,
+                                                  return_entropy=True)
+        mask = torch.ones_like(tokens, dtype=torch.bool)
+        loss, m = grpo.policy_loss(
+            logprobs.float(), s["old_logprobs"][idx].to(dev), s["advantages"][idx].to(dev),
+            mask, weights=s["weights"][idx].to(dev) * scale, **self.loss_args,
+        )
+        m = {k: v.item() for k, v in m.items()}
+        m["entropy"] = entropy.float().mean().item()
+        return loss, m
+
+    def _clip_and_step(self, opt: Any) -> float:
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if params else None
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if norm is None:
+            return 0.0
+        if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ---- checkpoint extras -----------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["policy_version"] = self.policy_version
+        checkpoint["shuffle_rng"] = self.shuffle.get_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.policy_version = int(checkpoint["policy_version"])
+        self.shuffle.set_state(checkpoint["shuffle_rng"])

@@ -1,0 +1,152 @@
+"""``RolloutDataModule``: a Lightning DataModule whose "dataset" is fresh on-policy rollouts.
+
+Each ``next()`` on the train stream runs ``rollout_epochs`` episodes of every env on Ray
+actors and returns one trajectory batch (see ``wmrl.rollout.engine``). Rollouts are made
+lazily, when the trainer asks for the batch, so they always use the weights of the last
+optimizer step (the GRPOModule pulls batches itself: no prefetch of stale rollouts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterator
+
+import lightning as L
+import numpy as np
+import ray
+import torch
+
+from wmrl.config import to_container
+from wmrl.rollout.engine import collect_rollouts
+from wmrl.rollout.workers import EnvWorker, RolloutWorker
+
+log = logging.getLogger(__name__)
+
+
+class RolloutDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        policy: dict,
+        env: dict,
+        num_envs: int = 32,
+        group_size: int = 8,
+        rollout_epochs: int = 1,
+        max_episode_steps: int = 64,
+        chunk: int = 8,
+        temperature: float = 1.6,
+        num_env_workers: int = 1,
+        num_rollout_workers: int = 1,
+        worker_cpus: float = 1.0,
+        worker_threads: int | None = 1,
+        ray_address: str | None = None,
+        ray_num_cpus: int | None = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.policy_cfg = to_container(policy)
+        self.env_cfg = to_container(env)
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.rollout_epochs = rollout_epochs
+        self.num_chunks = max_episode_steps // chunk
+        self.max_episode_steps = max_episode_steps
+        self.chunk = chunk
+        self.temperature = temperature
+        self.num_env_workers = num_env_workers
+        self.num_rollout_workers = num_rollout_workers
+        self.worker_cpus = worker_cpus
+        self.worker_threads = worker_threads
+        self.ray_address = ray_address
+        self.ray_num_cpus = ray_num_cpus
+        self.seed = seed
+        self.rollout_step = 0  # batches made so far; seeds continue from it on resume
+        self.env_workers: list[Any] = []
+        self.rollout_workers: list[Any] = []
+        self._started_ray = False
+        self.last_timing: dict[str, float] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.env_workers:
+            return
+        if not ray.is_initialized():
+            if self.ray_address:
+                ray.init(address=self.ray_address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.ray_num_cpus, include_dashboard=False,
+                         log_to_driver=False)
+                self._started_ray = True
+        per_worker = self.num_envs // self.num_env_workers
+        env_actor = ray.remote(EnvWorker).options(num_cpus=self.worker_cpus)
+        policy_actor = ray.remote(RolloutWorker).options(num_cpus=self.worker_cpus)
+        env_cfg = dict(self.env_cfg, num_envs=per_worker, group_size=self.group_size,
+                       chunk=self.chunk, max_episode_steps=self.max_episode_steps)
+        self.env_workers = [env_actor.remote(env_cfg, self.worker_threads)
+                            for _ in range(self.num_env_workers)]
+        self.rollout_workers = [
+            policy_actor.remote(self.policy_cfg, seed=self.seed + i,
+                                num_threads=self.worker_threads)
+            for i in range(self.num_rollout_workers)
+        ]
+
+    def teardown(self, stage: str | None = None) -> None:
+        for actor in self.env_workers + self.rollout_workers:
+            ray.kill(actor)
+        self.env_workers, self.rollout_workers = [], []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rollout_step": self.rollout_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.rollout_step = int(state_dict["rollout_step"])
+
+    # ---- data ------------------------------------------------------------------------
+    def train_dataloader(self) -> Iterator[dict[str, Any]]:
+        return _RolloutStream(self)
+
+    def next_batch(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        batch = collect_rollouts(
+            self.env_workers, self.rollout_workers, self.num_chunks, self.temperature,
+            self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step,
+        )
+        self.rollout_step += 1
+        busy_env = sum(ray.get([w.pop_busy_seconds.remote() for w in self.env_workers]))
+        busy_pol = sum(ray.get([w.pop_busy_seconds.remote() for w in self.rollout_workers]))
+        self.last_timing = {"rollout_s": time.perf_counter() - t0,
+                            "env_busy_s": busy_env, "policy_busy_s": busy_pol}
+        return to_torch_batch(batch)
+
+    # ---- weight sync -----------------------------------------------------------------
+    def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        """Full copy of the trainer's weights to every rollout worker; returns seconds."""
+        t0 = time.perf_counter()
+        arrays = {k: v.detach().cpu().contiguous().numpy() for k, v in state_dict.items()}
+        ref = ray.put(arrays)
+        got = ray.get([w.apply_weights.remote(ref, version) for w in self.rollout_workers])
+        if any(v != version for v in got):
+            raise RuntimeError(f"weight sync: workers report versions {got}, expected {version}")
+        return time.perf_counter() - t0
+
+
+class _RolloutStream:
+    """Endless iterable of rollout batches (Lightning stops it via trainer.max_steps)."""
+
+    def __init__(self, dm: RolloutDataModule):
+        self.dm = dm
+
+    def __iter__(self) -> "_RolloutStream":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        return self.dm.next_batch()
+
+
+def to_torch_batch(batch: dict[str, Any]) -> dict[str, Any]:
+    out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+           for k, v in batch.items()}
+    return out
