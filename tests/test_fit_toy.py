@@ -24,6 +24,7 @@ def toy_cfg(tmp_path, **over):
         "reward": None,
         "rollout": {"num_envs": 16, "group_size": 4, "rollout_epochs": 1,
                     "max_episode_steps": 16, "chunk": 8, "temperature": 1.0,
+                    "placement": "disaggregated", "pipeline_stages": 1,
                     "num_env_workers": 2, "num_rollout_workers": 1, "worker_cpus": 0.5,
                     "worker_threads": 1, "ray_address": None, "ray_num_cpus": None},
         "algorithm": {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
@@ -99,3 +100,11 @@ def test_grpo_raises_success_on_reach(tmp_path, ray_local):
     hist = module.success_history
     first, last = sum(hist[:3]) / 3, sum(hist[-5:]) / 5
     assert first < 0.5 and last > first + 0.3, hist
+
+
+def test_batch_without_informative_group_counts_a_step_but_keeps_weights(tmp_path, ray_local):
+    """tolerance 10: every episode succeeds, every group has zero variance."""
+    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "world_model.tolerance": 10.0})
+    trainer, module = fit(cfg)
+    assert trainer.global_step == 2 and module.success_history == [1.0, 1.0]
+    assert module.policy.bias.abs().sum() == 0 and module.policy.proj.weight.abs().sum() == 0

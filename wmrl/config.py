@@ -50,6 +50,15 @@ def validate(cfg: DictConfig) -> None:
             f"rollout.num_envs={r.num_envs} must split over rollout.num_env_workers="
             f"{r.num_env_workers} in whole groups of rollout.group_size={r.group_size}"
         )
+    stages = r.get("pipeline_stages", 1)
+    if per_worker % (stages * r.group_size):
+        raise ConfigError(
+            f"rollout.pipeline_stages={stages} must split each env worker's {per_worker} envs "
+            f"into whole groups of rollout.group_size={r.group_size}"
+        )
+    if r.get("placement", "disaggregated") == "hybrid" and stages < 2:
+        raise ConfigError("rollout.placement=hybrid pipelines env and policy: set "
+                          "rollout.pipeline_stages >= 2")
     if r.max_episode_steps % r.chunk != 0:
         raise ConfigError(
             f"rollout.max_episode_steps={r.max_episode_steps} must be a multiple of "

@@ -40,6 +40,10 @@ class Policy(Protocol):
 
 @runtime_checkable
 class RewardModel(Protocol):
+    """A stateless callable ``(frames, tasks)`` is enough. A reward that keeps per-env
+    history (TOPReward) also has ``reset(env_ids=None)`` and takes ``env_ids`` (long [B]:
+    which env each row is, since finished envs drop out of the batch)."""
+
     def __call__(self, frames: torch.Tensor, tasks: list[str]) -> torch.Tensor:
         """frames uint8 [B, C, H, W, 3] -> per-frame success scores in [0, 1], float [B, C]."""
         ...

@@ -88,6 +88,9 @@ class GRPOModule(L.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         for k, v in (getattr(dm, "last_timing", None) or {}).items():
             metrics[f"time/{k}"] = v
+        step_s = metrics["time/rollout_s"] + metrics["time/train_s"]
+        if "time/idle_s" in metrics and step_s > 0:
+            metrics["time/idle_frac"] = metrics["time/idle_s"] / step_s
         self.policy_version += 1
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=1)
         self.log_dict({"reward": metrics["rollout/return"], "success": metrics["rollout/success"]},
@@ -113,7 +116,12 @@ class GRPOModule(L.LightningModule):
         self.success_history.append(metrics["rollout/success"])
         rows = keep.nonzero().squeeze(1)
         if rows.numel() == 0:
-            return metrics  # nothing to learn from this batch: no optimizer step
+            # nothing to learn from this batch. Still take one (empty) optimizer step so
+            # Lightning's step count - and trainer.max_steps - follows rollout batches;
+            # AdamW skips parameters without gradients, so weights and state are untouched.
+            self.optimizers().zero_grad(set_to_none=True)
+            self.optimizers().step()
+            return metrics
         token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
         weights = grpo.aggregation_weights(token_mask, self.aggregation).view(-1, k, per_chunk)
         traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # valid samples

@@ -18,8 +18,8 @@ import ray
 import torch
 
 from wmrl.config import to_container
-from wmrl.rollout.engine import collect_rollouts
-from wmrl.rollout.workers import EnvWorker, RolloutWorker
+from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
+from wmrl.rollout.workers import RolloutActor
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,8 @@ class RolloutDataModule(L.LightningDataModule):
         max_episode_steps: int = 64,
         chunk: int = 8,
         temperature: float = 1.6,
+        placement: str = "disaggregated",
+        pipeline_stages: int = 1,
         num_env_workers: int = 1,
         num_rollout_workers: int = 1,
         worker_cpus: float = 1.0,
@@ -53,6 +55,10 @@ class RolloutDataModule(L.LightningDataModule):
         self.max_episode_steps = max_episode_steps
         self.chunk = chunk
         self.temperature = temperature
+        if placement not in PLACEMENTS:
+            raise ValueError(f"rollout.placement={placement!r}: choose one of {PLACEMENTS}")
+        self.placement = placement
+        self.stages = pipeline_stages
         self.num_env_workers = num_env_workers
         self.num_rollout_workers = num_rollout_workers
         self.worker_cpus = worker_cpus
@@ -61,14 +67,18 @@ class RolloutDataModule(L.LightningDataModule):
         self.ray_num_cpus = ray_num_cpus
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
-        self.env_workers: list[Any] = []
-        self.rollout_workers: list[Any] = []
+        self.plan: RolloutPlan | None = None
         self._started_ray = False
         self.last_timing: dict[str, float] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
+    @property
+    def rollout_workers(self) -> list[Any]:
+        """The actors that hold a policy copy (weight sync targets)."""
+        return self.plan.policy_actors if self.plan else []
+
     def setup(self, stage: str | None = None) -> None:
-        if self.env_workers:
+        if self.plan is not None:
             return
         if not ray.is_initialized():
             if self.ray_address:
@@ -77,23 +87,27 @@ class RolloutDataModule(L.LightningDataModule):
                 ray.init(num_cpus=self.ray_num_cpus, include_dashboard=False,
                          log_to_driver=False)
                 self._started_ray = True
-        per_worker = self.num_envs // self.num_env_workers
-        env_actor = ray.remote(EnvWorker).options(num_cpus=self.worker_cpus)
-        policy_actor = ray.remote(RolloutWorker).options(num_cpus=self.worker_cpus)
-        env_cfg = dict(self.env_cfg, num_envs=per_worker, group_size=self.group_size,
-                       chunk=self.chunk, max_episode_steps=self.max_episode_steps)
-        self.env_workers = [env_actor.remote(env_cfg, self.worker_threads)
-                            for _ in range(self.num_env_workers)]
-        self.rollout_workers = [
-            policy_actor.remote(self.policy_cfg, seed=self.seed + i,
-                                num_threads=self.worker_threads)
-            for i in range(self.num_rollout_workers)
-        ]
+        self.plan = self.build_plan()
+
+    def build_plan(self) -> RolloutPlan:
+        actor = ray.remote(RolloutActor).options(num_cpus=self.worker_cpus)
+        env = dict(self.env_cfg, num_envs=self.num_envs // self.num_env_workers,
+                   group_size=self.group_size, chunk=self.chunk,
+                   max_episode_steps=self.max_episode_steps)
+        common = dict(stages=self.stages, num_threads=self.worker_threads)
+        if self.placement == "collocated":
+            both = [actor.remote(policy=self.policy_cfg, env=env, **common)
+                    for _ in range(self.num_env_workers)]
+            return RolloutPlan(both, both, self.stages, collocated=True)
+        envs = [actor.remote(env=env, **common) for _ in range(self.num_env_workers)]
+        policies = [actor.remote(policy=self.policy_cfg, **common)
+                    for _ in range(self.num_rollout_workers)]
+        return RolloutPlan(envs, policies, self.stages)
 
     def teardown(self, stage: str | None = None) -> None:
-        for actor in self.env_workers + self.rollout_workers:
-            ray.kill(actor)
-        self.env_workers, self.rollout_workers = [], []
+        for a in self.plan.actors if self.plan else []:
+            ray.kill(a)
+        self.plan = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -109,16 +123,14 @@ class RolloutDataModule(L.LightningDataModule):
         return _RolloutStream(self)
 
     def next_batch(self) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        batch = collect_rollouts(
-            self.env_workers, self.rollout_workers, self.num_chunks, self.temperature,
-            self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step,
-        )
+        start = time.time()
+        batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
+                                 self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step)
+        end = time.time()
         self.rollout_step += 1
-        busy_env = sum(ray.get([w.pop_busy_seconds.remote() for w in self.env_workers]))
-        busy_pol = sum(ray.get([w.pop_busy_seconds.remote() for w in self.rollout_workers]))
-        self.last_timing = {"rollout_s": time.perf_counter() - t0,
-                            "env_busy_s": busy_env, "policy_busy_s": busy_pol}
+        busy = [iv for per_actor in ray.get([a.pop_busy.remote() for a in self.plan.actors])
+                for iv in per_actor]
+        self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end)}
         return to_torch_batch(batch)
 
     # ---- weight sync -----------------------------------------------------------------
@@ -147,6 +159,5 @@ class _RolloutStream:
 
 
 def to_torch_batch(batch: dict[str, Any]) -> dict[str, Any]:
-    out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
-           for k, v in batch.items()}
-    return out
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+            for k, v in batch.items()}

@@ -1,8 +1,19 @@
-"""Drive env and rollout actors through whole episodes and assemble one trajectory batch.
+"""Drive rollout actors through whole episodes and assemble one trajectory batch.
 
-The driver only chains object references: a policy sample's action output goes straight
-into the env actor's ``chunk_step`` and its observation straight back into the next sample,
-so no frame or action passes through the driver until the batch is gathered at the end.
+The driver only chains object references: a sample's action output goes straight into
+the env actor's ``chunk_step`` and its observation straight back into the next sample, so
+no frame or action passes through the driver until the batch is gathered at the end.
+
+Placement (``RolloutPlan``):
+
+* ``collocated``: each actor holds env + policy and they take turns (the idle role is
+  offloaded on an accelerator); observations never leave the actor.
+* ``disaggregated``: env actors and policy actors are separate processes/devices.
+* ``hybrid``: as disaggregated, with envs split into ``stages`` so that while the world
+  model steps one stage, the policy samples the next (actor mailboxes are the bounded
+  queue between them: at most ``stages`` chunks in flight per env actor).
+
+All placements use the same stages and seeds, hence the same trajectories.
 
 Batch layout (numpy; N = epochs x num_envs trajectories, groups consecutive; K chunks,
 C steps per chunk, L tokens per chunk)::
@@ -19,45 +30,59 @@ C steps per chunk, L tokens per chunk)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
 
+PLACEMENTS = ("collocated", "disaggregated", "hybrid")
 
-def collect_rollouts(
-    env_workers: list[Any],
-    rollout_workers: list[Any],
-    num_chunks: int,
-    temperature: float,
-    epochs: int,
-    seed: int,
-) -> dict[str, Any]:
-    """Run ``epochs`` x all env workers for ``num_chunks`` chunks each; returns the batch."""
-    for i, worker in enumerate(rollout_workers):
-        worker.set_seed.remote(seed * 1000 + i)
-    pending = []  # per (epoch, env worker): (sample record refs, step record refs)
+
+@dataclass
+class RolloutPlan:
+    env_actors: list[Any]  # hold the envs (collocated: also the policy)
+    policy_actors: list[Any]  # sample actions; the same handles as env_actors if collocated
+    stages: int = 1
+    collocated: bool = False
+
+    @property
+    def actors(self) -> list[Any]:
+        return list({id(a): a for a in self.env_actors + self.policy_actors}.values())
+
+
+def call_seed(seed: int, epoch: int, actor: int, stage: int, chunk: int) -> int:
+    """A distinct, placement-independent seed per sampling call."""
+    return (((seed * 1009 + epoch) * 1013 + actor) * 1019 + stage) * 1021 + chunk
+
+
+def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
+                     seed: int) -> dict[str, Any]:
+    """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks."""
+    pending = []  # per (epoch, env actor, stage): (sample record refs, step record refs)
     for epoch in range(epochs):
-        obs = [w.reset.remote(seed=(seed * epochs + epoch) * 1000 + j)
-               for j, w in enumerate(env_workers)]
-        records: list[tuple[list, list]] = [([], []) for _ in env_workers]
-        for _ in range(num_chunks):
-            for j, env in enumerate(env_workers):
-                policy = rollout_workers[j % len(rollout_workers)]
-                actions, sample = policy.sample.options(num_returns=2).remote(obs[j], temperature)
-                obs[j], step = env.chunk_step.options(num_returns=2).remote(actions)
-                records[j][0].append(sample)
-                records[j][1].append(step)
-        pending.extend(records)
+        streams = []
+        for j, env in enumerate(plan.env_actors):
+            policy = plan.policy_actors[j % len(plan.policy_actors)]
+            for s in range(plan.stages):
+                obs = env.reset.remote(s, seed=call_seed(seed, epoch, j, s, 0) + 7)
+                streams.append((j, s, env, policy, obs, [], []))
+        for k in range(num_chunks):
+            for i, (j, s, env, policy, obs, samples, steps) in enumerate(streams):
+                actions, sample = policy.sample.options(num_returns=2).remote(
+                    s, None if plan.collocated else obs, temperature,
+                    call_seed(seed, epoch, j, s, k))
+                obs, step = env.chunk_step.options(num_returns=2).remote(s, actions)
+                samples.append(sample)
+                steps.append(step)
+                streams[i] = (j, s, env, policy, obs, samples, steps)
+        pending.extend((samples, steps) for *_, samples, steps in streams)
     parts = [assemble(ray.get(samples), ray.get(steps)) for samples, steps in pending]
     return concat(parts)
 
 
 def assemble(samples: list[dict], steps: list[dict]) -> dict[str, Any]:
-    """K per-chunk records of one env worker -> [B, K, ...] trajectory arrays."""
-    versions = {s["version"] for s in samples}
-    if len(versions) != 1:
-        raise RuntimeError(f"one rollout mixed policy weight versions {sorted(versions)}")
+    """K per-chunk records of one env stage -> [B, K, ...] trajectory arrays."""
     b = samples[0]["tokens"].shape[0]
     return {
         "image": np.stack([s["image"] for s in samples], axis=1),
@@ -65,20 +90,43 @@ def assemble(samples: list[dict], steps: list[dict]) -> dict[str, Any]:
         "logprobs": np.stack([s["logprobs"] for s in samples], axis=1),
         "rewards": np.concatenate([s["rewards"] for s in steps], axis=1).reshape(b, -1),
         "dones": np.concatenate(
-            [s["terminations"] | s["truncations"] for s in steps], axis=1
-        ).reshape(b, -1),
+            [s["terminations"] | s["truncations"] for s in steps], axis=1).reshape(b, -1),
         "success": np.any(np.stack([s["success"] for s in steps], axis=1), axis=1),
         "task": list(samples[0]["task"]),
-        "version": versions.pop(),
+        "versions": {s["version"] for s in samples},
     }
 
 
 def concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    versions = {p["version"] for p in parts}
+    versions = set().union(*(p["versions"] for p in parts))
     if len(versions) != 1:
-        raise RuntimeError(f"rollout batch mixed policy weight versions {sorted(versions)}")
+        raise RuntimeError(f"one rollout batch mixed policy weight versions {sorted(versions)}")
     out = {k: np.concatenate([p[k] for p in parts], axis=0)
            for k in ("image", "tokens", "logprobs", "rewards", "dones", "success")}
     out["task"] = [t for p in parts for t in p["task"]]
     out["version"] = versions.pop()
+    return out
+
+
+def busy_breakdown(intervals: list[tuple[str, float, float]], start: float,
+                   end: float) -> dict[str, float]:
+    """Seconds per role inside [start, end], and idle = time when no role was busy."""
+    out: dict[str, float] = {}
+    spans = []
+    for role, t0, t1 in intervals:
+        t0, t1 = max(t0, start), min(t1, end)
+        if t1 > t0:
+            out[f"{role}_s"] = out.get(f"{role}_s", 0.0) + (t1 - t0)
+            spans.append((t0, t1))
+    covered, cur_start, cur_end = 0.0, None, None
+    for t0, t1 in sorted(spans):
+        if cur_end is None or t0 > cur_end:
+            if cur_end is not None:
+                covered += cur_end - cur_start
+            cur_start, cur_end = t0, t1
+        else:
+            cur_end = max(cur_end, t1)
+    if cur_end is not None:
+        covered += cur_end - cur_start
+    out["idle_s"] = max(0.0, (end - start) - covered)
     return out

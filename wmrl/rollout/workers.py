@@ -1,6 +1,15 @@
-"""The two rollout roles. Plain classes (usable in-process, e.g. in tests); the DataModule
-wraps them with ``ray.remote``. They exchange numpy arrays (Ray moves those zero-copy
-through its object store) and build their models lazily from picklable configs."""
+"""``RolloutActor``: the process that holds a rollout role - the policy (sampling), the env
+(world model + reward), or both (collocated placement). Plain class, usable in-process;
+the DataModule wraps it with ``ray.remote``.
+
+Envs are split into ``stages`` sub-batches (whole groups each) so that, with separate env
+and policy actors, the policy samples for one stage while the world model steps another
+(hybrid placement). Every mode uses the same stages and per-call seeds, so all placements
+produce the same trajectories for the same seed.
+
+Roles exchange numpy arrays (Ray moves them through its shared-memory object store).
+When one actor holds both roles, the observation never leaves the process.
+"""
 
 from __future__ import annotations
 
@@ -13,42 +22,102 @@ import torch
 from wmrl.config import build
 
 
-def _to_numpy_obs(obs: dict) -> dict:
+def to_numpy_obs(obs: dict) -> dict:
     image = obs["image"]
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu().numpy()
     return {"image": np.ascontiguousarray(image), "task": list(obs["task"])}
 
 
-def _to_torch_obs(obs: dict, device: torch.device | str = "cpu") -> dict:
+def to_torch_obs(obs: dict, device: torch.device | str = "cpu") -> dict:
     image = obs["image"]
     if isinstance(image, np.ndarray):
         image = torch.from_numpy(np.ascontiguousarray(image))
     return {"image": image.to(device), "task": list(obs["task"])}
 
 
-class RolloutWorker:
-    """Holds a copy of the policy; samples action chunks at a temperature."""
-
-    def __init__(self, policy: Any, seed: int = 0, num_threads: int | None = None,
-                 device: str = "cpu"):
+class RolloutActor:
+    def __init__(
+        self,
+        policy: Any = None,
+        env: Any = None,
+        stages: int = 1,
+        num_threads: int | None = None,
+        device: str = "cpu",
+        offload_idle: bool = True,
+    ):
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device)
-        self.policy = build(policy).to(self.device).eval()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        # roles take turns on one device: move the idle one off it (no-op on CPU)
+        self.offload_idle = offload_idle and policy is not None and env is not None \
+            and self.device.type != "cpu"
+        self.policy = build(policy).to(self.device).eval() if policy is not None else None
+        self.envs: list[Any] = []
+        if env is not None:
+            env = dict(env)
+            if env["num_envs"] % stages:
+                raise ValueError(f"num_envs={env['num_envs']} does not split into {stages} stages")
+            env["num_envs"] //= stages
+            self.envs = [build(env) for _ in range(stages)]
+        self.generator = torch.Generator(device=self.device)
         self.version = -1  # no weights received yet
-        self.busy_s = 0.0
+        self.last_obs: dict[int, dict] = {}
+        self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
+        self.active_role: str | None = None
 
-    def set_seed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
+    # ---- roles -------------------------------------------------------------------------
+    def _switch_to(self, role: str) -> None:
+        if not self.offload_idle or role == self.active_role:
+            return
+        t0 = time.time()
+        env_model = [e for e in self.envs if hasattr(e, "offload")]
+        if role == "policy":
+            for e in env_model:
+                e.offload()
+            self.policy.to(self.device)
+        else:
+            self.policy.to("cpu")
+            for e in env_model:
+                e.onload()
+        self.active_role = role
+        self.busy.append(("offload", t0, time.time()))
+
+    def reset(self, stage: int, seed: int) -> dict:
+        t0 = time.time()
+        self._switch_to("env")
+        obs = to_numpy_obs(self.envs[stage].reset(seed=seed))
+        self.last_obs[stage] = obs
+        self.busy.append(("env", t0, time.time()))
+        return obs
+
+    def chunk_step(self, stage: int, actions: np.ndarray) -> tuple[dict, dict]:
+        """-> (next obs, step record: [B, C] rewards/terminations/truncations, success [B])."""
+        t0 = time.time()
+        self._switch_to("env")
+        obs, rewards, terms, truncs, info = self.envs[stage].chunk_step(
+            torch.from_numpy(np.asarray(actions)))
+        record = {
+            "rewards": torch.as_tensor(rewards, dtype=torch.float32).cpu().numpy(),
+            "terminations": torch.as_tensor(terms).bool().cpu().numpy(),
+            "truncations": torch.as_tensor(truncs).bool().cpu().numpy(),
+            "success": torch.as_tensor(info["success"]).bool().cpu().numpy(),
+        }
+        obs = to_numpy_obs(obs)
+        self.last_obs[stage] = obs
+        self.busy.append(("env", t0, time.time()))
+        return obs, record
 
     @torch.no_grad()
-    def sample(self, obs: dict, temperature: float) -> tuple[np.ndarray, dict]:
-        """-> (actions [B, C, D] float32 for the env, record for the trainer)."""
-        t0 = time.perf_counter()
-        out = self.policy.sample(_to_torch_obs(obs, self.device), temperature, self.generator)
-        actions = out.actions.float().cpu().numpy()
+    def sample(self, stage: int, obs: dict | None, temperature: float,
+               seed: int) -> tuple[np.ndarray, dict]:
+        """-> (actions [B, C, D] for the env, record for the trainer). ``obs=None``: the
+        observation this actor's own env produced last (collocated placement)."""
+        t0 = time.time()
+        self._switch_to("policy")
+        obs = self.last_obs[stage] if obs is None else obs
+        self.generator.manual_seed(seed)
+        out = self.policy.sample(to_torch_obs(obs, self.device), temperature, self.generator)
         record = {
             "image": obs["image"],
             "task": list(obs["task"]),
@@ -56,9 +125,10 @@ class RolloutWorker:
             "logprobs": out.logprobs.float().cpu().numpy(),
             "version": self.version,
         }
-        self.busy_s += time.perf_counter() - t0
-        return actions, record
+        self.busy.append(("policy", t0, time.time()))
+        return out.actions.float().cpu().numpy(), record
 
+    # ---- weights -----------------------------------------------------------------------
     def apply_weights(self, state: dict[str, np.ndarray], version: int) -> int:
         """Full-copy weight sync: copy every array into the matching parameter/buffer."""
         own = self.policy.state_dict()
@@ -77,39 +147,6 @@ class RolloutWorker:
     def get_state(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in self.policy.state_dict().items()}
 
-    def pop_busy_seconds(self) -> float:
-        busy, self.busy_s = self.busy_s, 0.0
-        return busy
-
-
-class EnvWorker:
-    """Holds a batch of grouped envs (the world model + its reward model)."""
-
-    def __init__(self, env: Any, num_threads: int | None = None):
-        if num_threads:
-            torch.set_num_threads(num_threads)
-        self.env = build(env)
-        self.busy_s = 0.0
-
-    def reset(self, seed: int) -> dict:
-        t0 = time.perf_counter()
-        obs = _to_numpy_obs(self.env.reset(seed=seed))
-        self.busy_s += time.perf_counter() - t0
-        return obs
-
-    def chunk_step(self, actions: np.ndarray) -> tuple[dict, dict]:
-        """-> (next obs, step record [B, C] arrays + per-env success)."""
-        t0 = time.perf_counter()
-        obs, rewards, terms, truncs, info = self.env.chunk_step(torch.from_numpy(actions))
-        record = {
-            "rewards": np.asarray(torch.as_tensor(rewards, dtype=torch.float32)),
-            "terminations": np.asarray(torch.as_tensor(terms).bool()),
-            "truncations": np.asarray(torch.as_tensor(truncs).bool()),
-            "success": np.asarray(torch.as_tensor(info["success"]).bool()),
-        }
-        self.busy_s += time.perf_counter() - t0
-        return _to_numpy_obs(obs), record
-
-    def pop_busy_seconds(self) -> float:
-        busy, self.busy_s = self.busy_s, 0.0
+    def pop_busy(self) -> list[tuple[str, float, float]]:
+        busy, self.busy = self.busy, []
         return busy

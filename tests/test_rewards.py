@@ -1,0 +1,227 @@
+"""ResNet success rewards, reward evaluation utilities and scripts/train_reward.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from wmrl.interfaces import RewardModel
+from wmrl.rewards.evaluation import (
+    binary_metrics,
+    reward_report,
+    score_histogram,
+    trajectory_success,
+    zero_variance_fraction,
+)
+from wmrl.rewards.resnet import (
+    TINY_CONFIG,
+    ResNetClassifier,
+    ResNetSuccessReward,
+    TaskResNetClassifier,
+    TaskResNetSuccessReward,
+    frames_to_input,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"widths": [4, 8, 8, 16], "blocks_per_stage": 2, "image_size": [32, 32],
+        "task_embed_dim": 4, "fusion_hidden": 8}
+TASKS = ["open the drawer", "turn on the stove", "put the bowl on the plate"]
+
+
+def frames(b=2, c=3, h=32, w=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (b, c, h, w, 3), dtype=torch.uint8, generator=g)
+
+
+# -- architecture / checkpoint format ---------------------------------------------------
+def test_real_size_key_names_match_published_checkpoints():
+    sd = ResNetClassifier().state_dict()
+    assert sd["net.0.0.weight"].shape == (64, 3, 7, 7) and "net.0.0.bias" in sd
+    assert sd["net.0.1.running_mean"].shape == (64,)
+    assert sd["net.1.0.conv1.weight"].shape == (64, 64, 3, 3)
+    assert "net.1.0.conv3.weight" not in sd  # stage 1 keeps width and stride: identity
+    assert sd["net.2.0.conv3.weight"].shape == (128, 64, 1, 1)  # projected shortcut
+    assert "net.2.1.conv3.weight" not in sd
+    assert sd["net.4.1.bn2.weight"].shape == (512,)
+    assert sd["net.7.weight"].shape == (1, 512)
+    assert max(int(k.split(".")[1]) for k in sd) == 7  # stem, 4 stages, pool, flatten, linear
+
+    td = TaskResNetClassifier().state_dict()
+    assert td["visual_encoder.4.1.conv2.weight"].shape == (512, 512, 3, 3)
+    assert td["task_embedding.weight"].shape == (10, 64)
+    assert td["fusion_layer.0.weight"].shape == (256, 576)
+    assert td["fusion_layer.3.weight"].shape == (1, 256)
+
+
+def test_frames_to_input_maps_uint8_to_unit_interval():
+    x = frames_to_input(torch.tensor([0, 255, 51], dtype=torch.uint8).view(1, 1, 1, 3))
+    assert x.shape == (1, 3, 1, 1)
+    assert torch.allclose(x.flatten(), torch.tensor([-1.0, 1.0, -0.6]))
+    with pytest.raises(ValueError, match="uint8"):
+        frames_to_input(torch.zeros(1, 4, 4, 3))
+
+
+def test_loads_reference_pth_and_scores_each_frame(tmp_path):
+    torch.manual_seed(1)
+    net = ResNetClassifier(**TINY).eval()
+    torch.save({"model_state_dict": net.state_dict(), "epoch": 3}, tmp_path / "resnet_rm.pth")
+    reward = ResNetSuccessReward(checkpoint=str(tmp_path / "resnet_rm.pth"), config=TINY,
+                                 round=False)
+    assert isinstance(reward, RewardModel)
+    f = frames(2, 3)
+    scores = reward(f, ["a", "b"])
+    assert scores.shape == (2, 3) and scores.dtype == torch.float32
+    with torch.no_grad():
+        expected = net(frames_to_input(f.reshape(6, 32, 32, 3))).reshape(2, 3)
+    torch.testing.assert_close(scores, expected)
+    # each frame is scored on its own: a frame's score does not depend on its batch
+    torch.testing.assert_close(reward(f[1:, 2:], ["b"]), scores[1:, 2:])
+    rounded = ResNetSuccessReward(checkpoint=str(tmp_path / "resnet_rm.pth"), config=TINY)
+    assert torch.equal(rounded(f, ["a", "b"]), torch.round(scores))
+
+
+def test_checkpoint_that_does_not_fit_names_the_keys(tmp_path):
+    save_file(ResNetClassifier(widths=[4, 8, 8, 8]).state_dict(), str(tmp_path / "m.safetensors"))
+    reward = ResNetSuccessReward(checkpoint=str(tmp_path / "m.safetensors"), config=TINY)
+    with pytest.raises(ValueError, match=r"net\.4\.0\.conv1\.weight"):
+        reward(frames(1, 1), ["a"])
+    with pytest.raises(FileNotFoundError, match="no file"):
+        ResNetSuccessReward(checkpoint=str(tmp_path / "missing.pth"))(frames(1, 1), ["a"])
+
+
+def test_task_reward_maps_task_strings_and_rejects_unknown():
+    reward = TaskResNetSuccessReward(config=TINY, tasks=TASKS, round=False)
+    assert reward.task_id("turn on the stove") == 1
+    f = frames(1, 2).expand(3, 2, 32, 32, 3).contiguous()  # same frames for every env
+    scores = reward(f, TASKS)
+    assert scores.shape == (3, 2)
+    # same frames, different tasks -> different scores; env order follows the task strings
+    assert not torch.allclose(scores[0], scores[1])
+    torch.testing.assert_close(reward(f[:2], [TASKS[2], TASKS[0]]), scores[[2, 0]])
+    with pytest.raises(ValueError, match="not in reward.tasks"):
+        reward(f[:1], ["make coffee"])
+    with pytest.raises(ValueError, match="config.num_tasks"):
+        TaskResNetSuccessReward(config={**TINY, "num_tasks": 2}, tasks=TASKS)
+
+
+def test_pickles_without_weights_and_rebuilds_identically():
+    reward = ResNetSuccessReward(config=TINY_CONFIG, round=False, seed=3)
+    assert not reward.is_built
+    f = frames(2, 2, 64, 64)
+    scores = reward(f, ["a", "b"])
+    blob = pickle.dumps(reward)
+    assert len(blob) < 4096  # arguments only: the built model is dropped
+    clone = pickle.loads(blob)
+    assert not clone.is_built
+    torch.testing.assert_close(clone(f, ["a", "b"]), scores)
+    reward.offload()
+    assert next(reward.model.parameters()).device.type == "cpu"
+    reward.onload()
+    assert reward.to("cpu") is reward
+    torch.testing.assert_close(reward(f, ["a", "b"]), scores)
+
+
+# -- evaluation utilities ---------------------------------------------------------------
+def test_binary_metrics_by_hand():
+    m = binary_metrics(torch.tensor([0.9, 0.8, 0.2, 0.6]), torch.tensor([1, 0, 0, 1]))
+    assert (m["tp"], m["fp"], m["fn"], m["tn"]) == (2, 1, 0, 1)
+    assert m["precision"] == pytest.approx(2 / 3) and m["recall"] == 1.0
+    assert m["f1"] == pytest.approx(0.8) and m["accuracy"] == 0.75
+    assert binary_metrics(torch.zeros(3), torch.zeros(3))["f1"] == 0.0
+
+
+def test_histogram_success_and_zero_variance_groups():
+    counts, edges = score_histogram(torch.tensor([0.0, 0.05, 0.5, 1.0]), bins=2)
+    assert counts.tolist() == [2, 2] and edges.tolist() == [0.0, 0.5, 1.0]
+    s = torch.tensor([[0.1, 0.95, 0.0], [0.3, 0.89, 0.2]])
+    assert trajectory_success(s).tolist() == [True, False]
+    rewards = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1.0])
+    assert zero_variance_fraction(rewards, 4) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="groups of 5"):
+        zero_variance_fraction(rewards, 5)
+    report = reward_report(s.repeat(2, 1), torch.tensor([[0, 1, 0], [0, 0, 0]] * 2), 2)
+    assert report["trajectory"]["accuracy"] == 1.0 and report["zero_variance_fraction"] == 0.0
+    assert sum(report["histogram"]) == 12
+
+
+# -- training script --------------------------------------------------------------------
+def _train_module():
+    spec = importlib.util.spec_from_file_location("train_reward", ROOT / "scripts/train_reward.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def square_dataset(root: Path, n=192, size=32, seed=0, with_tasks=False):
+    """Dark noise; success frames carry a bright 10x10 square at a random place."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 60, (n, size, size, 3), dtype=torch.uint8, generator=g)
+    labels = torch.arange(n) % 2
+    for i in torch.nonzero(labels).flatten().tolist():
+        r, c = torch.randint(0, size - 10, (2,), generator=g).tolist()
+        x[i, r:r + 10, c:c + 10] = 230
+    tensors = {"frames": x, "labels": labels.to(torch.uint8)}
+    root.mkdir(parents=True, exist_ok=True)
+    if with_tasks:
+        tensors["task_ids"] = torch.arange(n) % len(TASKS)
+        (root / "tasks.json").write_text(json.dumps(TASKS))
+    save_file(tensors, str(root / "frames.safetensors"))
+    return x, labels
+
+
+def test_train_reward_learns_bright_square_and_checkpoint_loads(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    x, labels = square_dataset(tmp_path / "data")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train_reward", overrides=[
+            f"data_dir={tmp_path / 'data'}", f"out_dir={tmp_path / 'ckpt'}", "steps=60",
+            "batch_size=32", "lr=3e-3", "model.widths=[4,8,8,16]", "model.image_size=[32,32]",
+            "val_fraction=0.25", "log_every=0"])
+    metrics = _train_module().train(OmegaConf.to_container(cfg, resolve=True))
+    assert metrics["split"] == "val" and metrics["n_eval"] == 48
+    assert metrics["accuracy"] >= 0.9, metrics
+    saved = json.loads((tmp_path / "ckpt/config.json").read_text())
+    assert saved["arch"] == "resnet" and saved["widths"] == [4, 8, 8, 16]
+    # the checkpoint dir's config wins over the (default, real-size) reward config
+    reward = ResNetSuccessReward(checkpoint=str(tmp_path / "ckpt"))
+    scores = reward(x[:64].view(8, 8, 32, 32, 3), ["t"] * 8)
+    assert set(scores.unique().tolist()) <= {0.0, 1.0}
+    assert (scores.flatten() == labels[:64]).float().mean() >= 0.9
+
+
+def test_train_task_reward_roundtrip_and_bad_dataset(tmp_path):
+    mod = _train_module()
+    x, _ = square_dataset(tmp_path / "data", n=48, with_tasks=True)
+    cfg = {"data_dir": str(tmp_path / "data"), "out_dir": str(tmp_path / "ckpt"),
+           "arch": "resnet_task", "model": TINY, "tasks": None, "steps": 2, "batch_size": 8,
+           "lr": 1e-3, "weight_decay": 0.0, "val_fraction": 0.0, "balance": True, "seed": 0,
+           "device": "cpu", "log_every": 0}
+    mod.train(cfg)
+    reward = TaskResNetSuccessReward(checkpoint=str(tmp_path / "ckpt"), round=False)
+    scores = reward(x[:6].view(3, 2, 32, 32, 3), TASKS)
+    assert reward.tasks == TASKS and scores.shape == (3, 2)
+    with pytest.raises(ValueError, match="differs from the task list"):
+        TaskResNetSuccessReward(checkpoint=str(tmp_path / "ckpt"), tasks=TASKS[::-1])(
+            x[:2].view(1, 2, 32, 32, 3), TASKS[:1])
+    with pytest.raises(FileNotFoundError, match="frames.safetensors"):
+        mod.load_reward_dataset(tmp_path)
+
+
+def test_reward_configs_instantiate_lazily():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf/reward"), version_base="1.3"):
+        for name in ("resnet", "resnet_task", "topreward"):
+            reward = instantiate(compose(name))
+            assert isinstance(reward, RewardModel) and not reward.is_built
+            pickle.loads(pickle.dumps(reward))
+    assert reward.window == 16 and reward.threshold == 0.46

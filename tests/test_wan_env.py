@@ -1,0 +1,201 @@
+"""WanWorldModelEnv on the tiny config: reset/grouping, rollout contract, rewards and dones,
+active sub-batch, fast == plain path bit for bit, state_dict, NaN regeneration, Hydra build."""
+
+import copy
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from wmrl.envs.initial_states import (
+    load_initial_states,
+    synthetic_initial_states,
+    write_initial_states,
+)
+from wmrl.envs.wan_env import WanWorldModelEnv, u8_to_unit_np
+from wmrl.interfaces import ChunkEnv, RewardModel
+
+CFG = OmegaConf.to_container(OmegaConf.load("conf/world_model/wan_tiny.yaml"), resolve=False)
+WORLD_MODEL = {k: v for k, v in CFG["world_model"].items() if k != "path"}
+
+
+class Brightness:
+    """Deterministic reward: mean pixel value / 255 of each frame."""
+
+    def __call__(self, frames: torch.Tensor, tasks: list[str]) -> torch.Tensor:
+        assert frames.dtype == torch.uint8 and frames.ndim == 5 and len(tasks) == frames.shape[0]
+        return frames.float().mean(dim=(2, 3, 4)) / 255.0
+
+
+@pytest.fixture(scope="module")
+def states_dir(tmp_path_factory):
+    s = synthetic_initial_states(6, 32, 32, num_tasks=3, seed=1)
+    return write_initial_states(tmp_path_factory.mktemp("init"), s.frames, s.tasks,
+                                s.context_frames, s.context_actions)
+
+
+def make_env(states_dir, **kw):
+    args = dict(world_model=WORLD_MODEL, reward=Brightness(), initial_states=str(states_dir),
+                num_envs=4, group_size=2, seed=0)
+    args.update(kw)
+    return WanWorldModelEnv(**args)
+
+
+def actions(seed, b=4):
+    return torch.rand(b, 8, 7, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def test_initial_states_roundtrip_and_errors(states_dir, tmp_path):
+    s = load_initial_states(states_dir)
+    assert s.frames.shape == (6, 32, 32, 3) and s.frames.dtype == torch.uint8
+    assert s.tasks[:4] == ["task 0", "task 1", "task 2", "task 0"]
+    assert s.task_ids.tolist() == [0, 1, 2, 0, 1, 2]
+    assert s.context_frames.shape == (6, 4, 32, 32, 3) and s.context_actions.shape == (6, 4, 7)
+    assert s.resized(64, 64).frames.shape == (6, 64, 64, 3)
+    with pytest.raises(FileNotFoundError, match="initial_states.safetensors"):
+        load_initial_states(tmp_path)
+    with pytest.raises(ValueError, match="one task per state"):
+        write_initial_states(tmp_path, s.frames, s.tasks[:2])
+
+
+def test_u8_table_matches_numpy_path():
+    import numpy as np
+
+    x = np.arange(256, dtype=np.uint8)
+    assert u8_to_unit_np(x)[0] == -1.0 and u8_to_unit_np(x)[255] == 1.0
+    assert u8_to_unit_np(x)[51] == np.float32(51) / np.float32(127.5) - np.float32(1)
+
+
+def test_reset_groups_and_contract(states_dir):
+    env = make_env(states_dir)
+    assert isinstance(env, ChunkEnv) and isinstance(Brightness(), RewardModel)
+    states = load_initial_states(states_dir)
+    obs = env.reset(state_ids=[4, 1])
+    assert obs["image"].shape == (4, 32, 32, 3) and obs["image"].dtype == torch.uint8
+    assert obs["task"] == ["task 1", "task 1", "task 1", "task 1"]
+    assert torch.equal(obs["image"][0], states.frames[4]) and torch.equal(obs["image"][3], states.frames[1])
+    # condition actions after reset: zeros, gripper -1 (open)
+    assert env._cond_actions[:, :, :6].abs().sum() == 0 and (env._cond_actions[:, :, 6] == -1).all()
+    obs = env.reset(seed=3)
+    assert torch.equal(obs["image"][0], obs["image"][1]) and torch.equal(obs["image"][2], obs["image"][3])
+    with pytest.raises(ValueError, match="state_ids"):
+        env.reset(state_ids=[0, 9])
+    obs2, r, term, trunc, info = env.chunk_step(actions(0))
+    assert r.shape == term.shape == trunc.shape == (4, 8) and obs2["image"].shape == (4, 32, 32, 3)
+    assert info["success"].dtype == torch.bool and info["episode_len"].tolist() == [8] * 4
+    # the same initial state gets different noise within a group
+    assert not torch.equal(obs2["image"][0], obs2["image"][1])
+    with pytest.raises(ValueError, match="actions must be"):
+        env.chunk_step(torch.zeros(4, 7, 7))
+
+
+def test_rel_reward_success_truncation_and_active_subbatch(states_dir):
+    env = make_env(states_dir, use_rel_reward=True, reward_coef=5.0, max_episode_steps=24)
+    env.reset(state_ids=[0, 2])
+    _, r, term, trunc, info = env.chunk_step(actions(0))
+    s = info["scores"]
+    # r_t = 5 (s_t - s_{t-1}), s_{-1} = 0
+    expect = 5 * (s - torch.cat([torch.zeros(4, 1), s[:, :-1]], 1))
+    assert torch.allclose(r, expect, atol=1e-6) and not term.any() and not trunc.any()
+    # threshold between the envs' chunk maxima: some succeed now, the rest keep going
+    maxima = s.max(1).values
+    env2 = make_env(states_dir, use_rel_reward=True, max_episode_steps=24,
+                    success_threshold=float(maxima.median()))
+    env2.reset(state_ids=[0, 2])
+    batch_sizes = []
+    hook = env2.model.transformer.register_forward_pre_hook(
+        lambda m, a: batch_sizes.append(a[0].shape[0]))
+    _, r1, term1, _, info1 = env2.chunk_step(actions(0))
+    done = maxima >= maxima.median()
+    assert torch.equal(term1[:, -1], done) and not term1[:, :-1].any()
+    assert torch.equal(info1["success"], done)
+    obs_before = env2._obs_image.clone()
+    prev_s = info1["scores"][:, -1]
+    _, r2, term2, trunc2, info2 = env2.chunk_step(actions(1))
+    hook.remove()
+    n_active = int((~done).sum())
+    assert batch_sizes == [4] * 5 + [n_active] * 5  # finished envs are not generated
+    assert (r2[done] == 0).all() and not term2[done].any()
+    assert torch.equal(env2._obs_image[done], obs_before[done])
+    # rel reward continues from the previous chunk's last score
+    s2 = info2["scores"][~done]
+    assert torch.allclose(r2[~done][:, 0], 5 * (s2[:, 0] - prev_s[~done]), atol=1e-6)
+    assert info2["episode_len"].tolist() == [8 if d else 16 for d in done.tolist()]
+    _, _, _, trunc3, info3 = env2.chunk_step(actions(2))
+    alive = ~(done | term2[:, -1])
+    assert torch.equal(trunc3[:, -1], alive) and (info3["episode_len"][alive] == 24).all()
+
+
+def test_binary_reward_without_rel(states_dir):
+    env = make_env(states_dir, use_rel_reward=False, success_threshold=0.5)
+    env.reset(state_ids=[0, 1])
+    _, r, _, _, info = env.chunk_step(actions(0))
+    assert torch.equal(r, (info["scores"] >= 0.5).float())
+
+
+@pytest.mark.parametrize("kir", [False, True])
+def test_fast_and_plain_paths_bit_identical(states_dir, kir):
+    probe = make_env(states_dir, kir_reset=kir)
+    probe.reset(state_ids=[3, 5])
+    thr = float(probe.chunk_step(actions(0))[4]["scores"].max(1).values.median())
+    runs = []
+    for fast in (True, False):
+        env = make_env(states_dir, fast_path=fast, kir_reset=kir, success_threshold=thr)
+        obs = env.reset(state_ids=[3, 5])
+        trace = [obs["image"].cpu()]
+        for i in range(3):
+            obs, r, term, trunc, info = env.chunk_step(actions(i))
+            trace += [obs["image"].cpu(), r, term, info["scores"], torch.from_numpy(
+                env._frames.copy()) if not fast else env._frames.clone()]
+            if i == 0:  # the active set shrinks after the first chunk
+                assert 0 < int(info["success"].sum()) < 4
+        runs.append(trace)
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_state_dict_restores_rng_and_episode(states_dir):
+    env = make_env(states_dir)
+    env.reset(state_ids=[0, 1])
+    env.chunk_step(actions(0))
+    sd = copy.deepcopy(env.state_dict())
+    a = env.chunk_step(actions(1))
+    env.offload()
+    env.onload()
+    other = make_env(states_dir, seed=99)
+    other.load_state_dict(sd)
+    b = other.chunk_step(actions(1))
+    assert torch.equal(a[0]["image"], b[0]["image"]) and torch.equal(a[1], b[1])
+    assert a[0]["task"] == b[0]["task"]
+
+
+def test_nan_latents_regenerated_then_clear_error(states_dir):
+    env = make_env(states_dir)
+    env.reset(state_ids=[0, 1])
+    calls = {"n": 0}
+
+    def poison_first_loop(module, args, out):
+        calls["n"] += 1
+        if calls["n"] <= 5:  # every step of the first denoising loop
+            return (out[0] * float("nan"),)
+
+    h = env.model.transformer.register_forward_hook(poison_first_loop)
+    _, _, _, _, info = env.chunk_step(actions(0))
+    h.remove()
+    assert info["regenerations"] == 1 and calls["n"] == 10
+    h = env.model.transformer.register_forward_hook(lambda m, a, o: (o[0] * float("inf"),))
+    with pytest.raises(FloatingPointError, match="NaN/Inf"):
+        env.chunk_step(actions(1))
+    h.remove()
+
+
+def test_hydra_instantiate_tiny_config(tmp_path):
+    from hydra.utils import instantiate
+
+    cfg = OmegaConf.load("conf/world_model/wan_tiny.yaml")
+    cfg.num_envs, cfg.group_size = 4, 2
+    cfg.world_model.path = None
+    env = instantiate(cfg, reward=Brightness())
+    obs = env.reset(seed=0)
+    assert obs["image"].shape == (4, 32, 32, 3)
+    assert env.num_envs == 4 and env.group_size == 2 and env.chunk == 8

@@ -1,0 +1,442 @@
+"""``WanWorldModelEnv``: batched, grouped chunk env that imagines frames with the
+action-conditioned Wan model and scores them with a reward model (the WoVR / RLinf WanEnv
+rollout contract).
+
+One ``chunk_step(actions [B, 8, 7])``:
+
+* clip = 5 condition frames (frame 0 = the episode's initial image, a fixed anchor; frames
+  1-4 = the last 4 frames generated) + 8 new frames = 13 frames = 4 latent frames
+  (2 condition latents at timestep 0, 2 generated);
+* actions for all 13 frames = [5 condition actions ; 8 new actions]; the condition actions
+  then become [slot 0 kept ; last 4 of the 13]; after reset they are zeros with gripper -1;
+* flow-matching Euler sampler, ``num_inference_steps`` steps, cfg 1.0;
+* reward model scores the 8 new frames -> s [B, 8] in [0, 1];
+  chunk success = max_t s_t >= success_threshold (termination flagged on the chunk's last
+  frame); truncation on the last frame once episode_len >= max_episode_steps; no auto reset;
+* reward: ``use_rel_reward``: r_t = coef * (s_t - s_{t-1}) with s_{-1} = 0 after reset and
+  s carried over between chunks (RLinf ``_calc_step_reward``); otherwise the binary per-frame
+  success r_t = 1[s_t >= success_threshold] (RLinf returns the reward model's 0/1 output).
+
+Finished envs are not generated any more: the model runs only on the active rows, outputs keep
+their [B, ...] shapes (zeros for finished rows, their last frame as observation).
+
+``fast_path`` (default on) keeps results bit-identical to the plain path (tested) and only
+removes overhead: frames stay on the device as uint8, uint8 -> [-1, 1] is a 256-entry table
+built on the host with the same NumPy expression the plain path uses, the anchor frame's VAE
+encoder state is computed once per episode, and non-finite latents are checked once per
+denoising loop instead of every step. ``reuse_generated_latents`` (off by default, changes
+results) skips re-encoding the generated frames and feeds the last generated latent back as
+condition latent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmrl.envs.initial_states import InitialStates, build_initial_states
+from wmrl.world_model.action_wan import ActionWanModel, build_world_model
+
+
+def u8_to_unit_np(x: np.ndarray) -> np.ndarray:
+    """uint8 [0, 255] -> float32 [-1, 1] (the host/NumPy path)."""
+    return x.astype(np.float32) / np.float32(127.5) - np.float32(1.0)
+
+
+def unit_to_u8_np(x: np.ndarray) -> np.ndarray:
+    """float32 [-1, 1] -> uint8, rounding to nearest (half to even)."""
+    return np.rint(np.clip((x + np.float32(1.0)) * np.float32(127.5), 0, 255)).astype(np.uint8)
+
+
+def unit_to_u8_torch(x: torch.Tensor) -> torch.Tensor:
+    """Same arithmetic as ``unit_to_u8_np``, on the tensor's device."""
+    return ((x + 1.0) * 127.5).clamp_(0, 255).round_().to(torch.uint8)
+
+
+def _build_reward(reward):
+    if callable(reward) and not hasattr(reward, "keys"):
+        return reward
+    if reward is not None and "_target_" in reward:
+        from hydra.utils import instantiate
+
+        return instantiate(reward)
+    raise ValueError(
+        "reward must be a callable (frames uint8 [B, C, H, W, 3], tasks) -> scores [B, C] or a "
+        f"config with _target_; got {type(reward).__name__}"
+    )
+
+
+class WanWorldModelEnv:
+    """See module docstring. ``world_model``: a picklable config dict for
+    ``build_world_model`` (``path`` or tiny sub-configs, plus ``height``/``width``) or a model."""
+
+    def __init__(
+        self,
+        world_model: dict | ActionWanModel,
+        reward,
+        initial_states,
+        num_envs: int,
+        group_size: int = 1,
+        chunk: int = 8,
+        condition_frames: int = 5,
+        num_inference_steps: int = 5,
+        max_episode_steps: int = 256,
+        success_threshold: float = 0.9,
+        use_rel_reward: bool = False,
+        reward_coef: float = 5.0,
+        seed: int = 0,
+        fast_path: bool = True,
+        reuse_generated_latents: bool = False,
+        kir_reset: bool = False,
+        height: int | None = None,
+        width: int | None = None,
+        action_dim: int = 7,
+        max_regenerations: int = 3,
+        device: str = "cpu",
+    ):
+        if num_envs < 1 or group_size < 1 or num_envs % group_size:
+            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size "
+                             f"({group_size})")
+        wm_cfg = {} if isinstance(world_model, ActionWanModel) else dict(world_model)
+        height = height or wm_cfg.get("height")
+        width = width or wm_cfg.get("width")
+        if not height or not width:
+            raise ValueError("image size missing: set world_model.height and world_model.width")
+        self.device = torch.device(device)
+        self.model = build_world_model(world_model).to(self.device).eval().requires_grad_(False)
+        self.reward_model = _build_reward(reward)
+        self.num_envs, self.group_size, self.chunk = num_envs, group_size, chunk
+        self.condition_frames, self.num_inference_steps = condition_frames, num_inference_steps
+        self.max_episode_steps, self.success_threshold = max_episode_steps, success_threshold
+        self.use_rel_reward, self.reward_coef = use_rel_reward, float(reward_coef)
+        self.fast_path, self.reuse_generated_latents = fast_path, reuse_generated_latents
+        self.kir_reset, self.action_dim = kir_reset, action_dim
+        self.max_regenerations, self.height, self.width = max_regenerations, height, width
+        self.seed = seed
+
+        r = self.model.temporal_ratio
+        if (condition_frames - 1) % r or chunk % r:
+            raise ValueError(f"condition_frames must be 1 + {r}k and chunk a multiple of {r} "
+                             f"(got {condition_frames}, {chunk})")
+        self.num_frames = condition_frames + chunk
+        self.cond_latents = self.model.latent_frames(condition_frames)
+        self.new_latents = chunk // r
+        self.latent_hw = self.model.latent_hw(height, width)
+
+        self.states: InitialStates = build_initial_states(initial_states, height, width)
+        if kir_reset and not self.states.has_context:
+            raise ValueError("kir_reset=True needs context_frames/context_actions in initial_states")
+        # uint8 -> [-1, 1] lookup table, computed on the host with the plain path's expression
+        self._u8_table = torch.from_numpy(u8_to_unit_np(np.arange(256, dtype=np.uint8))).to(
+            self.device
+        )
+        self._reset_rng = torch.Generator()
+        self._noise_rng = torch.Generator(device=self.device)
+        self._seed_rngs(seed)
+        self._has_reset = False
+        self._anchor = None
+        self._offloaded = False
+        self.timings = {"chunk_step": 0.0, "model": 0.0, "reward": 0.0, "calls": 0}
+
+    # ------------------------------------------------------------------ helpers
+    def _seed_rngs(self, seed: int) -> None:
+        self._reset_rng.manual_seed(int(seed) + 7919)
+        self._noise_rng.manual_seed(int(seed))
+
+    def _to_unit(self, frames) -> torch.Tensor:
+        """uint8 [b, T, H, W, 3] (device tensor on the fast path, numpy on the plain path)
+        -> float [b, 3, T, H, W] in [-1, 1] on the device."""
+        if self.fast_path:
+            x = self._u8_table[frames.long()]
+        else:
+            x = torch.from_numpy(u8_to_unit_np(frames)).to(self.device)
+        return x.permute(0, 4, 1, 2, 3)
+
+    def _zero_cond_actions(self, n: int) -> torch.Tensor:
+        a = torch.zeros(n, self.condition_frames, self.action_dim, device=self.device)
+        a[..., -1] = -1.0  # gripper open
+        return a
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _obs(self) -> dict:
+        # a copy: the env updates its own buffer in place on the next chunk
+        return {"image": self._obs_image.clone(), "task": list(self._tasks)}
+
+    # ------------------------------------------------------------------ reset
+    @torch.no_grad()
+    def reset(self, seed: int | None = None, state_ids=None) -> dict:
+        self.onload()
+        if seed is not None:
+            self._seed_rngs(seed)
+        groups = self.num_envs // self.group_size
+        n = len(self.states)
+        if state_ids is None:
+            state_ids = torch.randint(0, n, (groups,), generator=self._reset_rng)
+        state_ids = torch.as_tensor(state_ids, dtype=torch.long).flatten()
+        if state_ids.shape != (groups,) or state_ids.min() < 0 or state_ids.max() >= n:
+            raise ValueError(f"state_ids must be {groups} ids (num_envs/group_size) in [0, {n}), "
+                             f"got {state_ids.tolist()}")
+        self._state_ids = state_ids.repeat_interleave(self.group_size)
+        ids = self._state_ids
+        anchor = self.states.frames[ids]
+        cond_actions = self._zero_cond_actions(self.num_envs)
+        if self.kir_reset:
+            ctx = self.states.context_frames[ids]
+            if ctx.shape[1] != self.condition_frames - 1:
+                raise ValueError(f"KIR context has {ctx.shape[1]} frames, condition_frames-1 = "
+                                 f"{self.condition_frames - 1}")
+            frames = torch.cat([anchor[:, None], ctx], 1)
+            cond_actions[:, 1:] = self.states.context_actions[ids].to(self.device)
+        else:
+            frames = anchor[:, None].expand(-1, self.condition_frames, -1, -1, -1).contiguous()
+        self._cond_actions = cond_actions
+        self._tasks = [self.states.tasks[i] for i in ids.tolist()]
+        if self.fast_path:
+            self._frames = frames.to(self.device)
+            self._obs_image = self._frames[:, -1].clone()
+        else:
+            self._frames = frames.numpy().copy()
+            self._obs_image = torch.from_numpy(self._frames[:, -1].copy())
+        b, dev = self.num_envs, self.device
+        self._done = torch.zeros(b, dtype=torch.bool, device=dev)
+        self._success = torch.zeros(b, dtype=torch.bool, device=dev)
+        self._elapsed = torch.zeros(b, dtype=torch.long, device=dev)
+        self._returns = torch.zeros(b, device=dev)
+        self._prev_scaled = torch.zeros(b, device=dev)
+        self._gen_latents = None
+        if hasattr(self.reward_model, "reset"):
+            self.reward_model.reset()  # new episodes: drop per-env reward history
+        self._anchor = self._encode_anchor() if self.fast_path else None
+        self._has_reset = True
+        return self._obs()
+
+    def _encode_anchor(self, rows: torch.Tensor | None = None):
+        """Encoder state after frame 0 for ``rows`` (default all envs); encoded once per
+        episode and again only when the set of active envs changes."""
+        if rows is None:
+            rows = torch.arange(self.num_envs, device=self.device)
+        self._anchor_rows = rows
+        return self.model.encode_anchor(self._to_unit(self._frames[rows][:, :1]))
+
+    # ------------------------------------------------------------------ step
+    def _condition_latents(self, rows: torch.Tensor, rows_np: np.ndarray) -> torch.Tensor:
+        if self.reuse_generated_latents and self._gen_latents is not None:
+            anchor_lat = self._anchor_latent(rows)
+            keep = self.cond_latents - 1
+            return torch.cat([anchor_lat, self._gen_latents[rows][:, :, -keep:]], 2)
+        if self.fast_path:
+            if not torch.equal(self._anchor_rows, rows):
+                # batched convs are not bit-invariant to batch size (e.g. the 48-ch VAE on
+                # CPU): re-encode frame 0 for the new active set so results match the plain path
+                self._anchor = self._encode_anchor(rows)
+            rest = self._to_unit(self._frames[rows][:, 1:])
+            return self.model.encode_with_anchor(self._anchor, rest)
+        return self.model.encode(self._to_unit(self._frames[rows_np]))
+
+    def _anchor_latent(self, rows):
+        if self._anchor is None:  # plain path + reuse: encode frame 0 alone
+            return self.model.encode(self._to_unit(self._frames[rows.cpu().numpy()][:, :1]))
+        if not torch.equal(self._anchor_rows, rows):
+            self._anchor = self._encode_anchor(rows)
+        h = self.model.vae.quant_conv(self._anchor.out)
+        return self.model.normalize(torch.chunk(h, 2, dim=1)[0])
+
+    def _generate(self, cond: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor):
+        c, (h, w) = self.model.latent_channels, self.latent_hw
+        shape = (self.num_envs, c, self.new_latents, h, w)
+        for attempt in range(self.max_regenerations + 1):
+            # full-batch draw: an env's noise does not depend on which envs are still active
+            noise = torch.randn(shape, generator=self._noise_rng, device=self.device)[rows]
+            try:
+                new = self.model.generate(
+                    cond, actions, noise, self.num_inference_steps,
+                    check_each_step=not self.fast_path,
+                )
+            except FloatingPointError:
+                continue
+            if not self.fast_path or bool(torch.isfinite(new).all()):
+                return new, attempt
+        raise FloatingPointError(
+            f"world model produced NaN/Inf latents {self.max_regenerations + 1} times in a row "
+            "(check the checkpoint at world_model.path and its dtype; bfloat16 weights loaded as "
+            "float16 overflow)"
+        )
+
+    @torch.no_grad()
+    def chunk_step(self, actions: torch.Tensor):
+        if not self._has_reset:
+            raise RuntimeError("call reset() before chunk_step()")
+        self.onload()
+        t0 = time.perf_counter()
+        b, c = self.num_envs, self.chunk
+        actions = torch.as_tensor(actions)
+        if actions.shape != (b, c, self.action_dim):
+            raise ValueError(f"actions must be [num_envs, chunk, action_dim] = "
+                             f"{(b, c, self.action_dim)}, got {tuple(actions.shape)}")
+        actions = actions.to(self.device, torch.float32)
+        rewards = torch.zeros(b, c, device=self.device)
+        terms = torch.zeros(b, c, dtype=torch.bool, device=self.device)
+        truncs = torch.zeros(b, c, dtype=torch.bool, device=self.device)
+        scores_full = torch.zeros(b, c, device=self.device)
+        active = ~self._done
+        rows = active.nonzero().flatten()
+        regenerations = 0
+        if rows.numel():
+            rows_np = rows.cpu().numpy()
+            full_actions = torch.cat([self._cond_actions[rows], actions[rows]], 1)
+            self._cond_actions[rows, 1:] = full_actions[:, -(self.condition_frames - 1):]
+
+            tm = time.perf_counter()
+            cond = self._condition_latents(rows, rows_np)
+            new_lat, regenerations = self._generate(cond, full_actions, rows)
+            video = self.model.decode(torch.cat([cond, new_lat], 2))[:, :, self.condition_frames:]
+            self._sync()
+            self.timings["model"] += time.perf_counter() - tm
+            if self.reuse_generated_latents:
+                if self._gen_latents is None:
+                    self._gen_latents = torch.zeros(b, *new_lat.shape[1:], device=self.device)
+                self._gen_latents[rows] = new_lat
+
+            new_frames = video.permute(0, 2, 3, 4, 1)  # [b, C, H, W, 3]
+            keep = self.condition_frames - 1
+            if self.fast_path:
+                new_u8 = unit_to_u8_torch(new_frames)
+                self._frames[rows, 1:] = new_u8[:, -keep:]
+                self._obs_image[rows] = new_u8[:, -1]
+            else:
+                new_np = unit_to_u8_np(new_frames.cpu().numpy())
+                self._frames[rows_np, 1:] = new_np[:, -keep:]
+                self._obs_image[rows.cpu()] = torch.from_numpy(new_np[:, -1])
+                new_u8 = torch.from_numpy(new_np)
+
+            tr = time.perf_counter()
+            scores = self._score(new_u8, [self._tasks[i] for i in rows_np.tolist()], rows)
+            self.timings["reward"] += time.perf_counter() - tr
+            scores_full[rows] = scores
+            if self.use_rel_reward:
+                scaled = self.reward_coef * scores
+                prev = torch.cat([self._prev_scaled[rows, None], scaled[:, :-1]], 1)
+                rewards[rows] = scaled - prev
+                self._prev_scaled[rows] = scaled[:, -1]
+            else:
+                rewards[rows] = (scores >= self.success_threshold).float()
+            success = scores.max(1).values >= self.success_threshold
+            self._elapsed[rows] += c
+            trunc = self._elapsed[rows] >= self.max_episode_steps
+            terms[rows, -1] = success
+            truncs[rows, -1] = trunc
+            self._success[rows] |= success
+            self._done[rows] |= success | trunc
+            self._returns[rows] += rewards[rows].sum(1)
+        self.timings["chunk_step"] += time.perf_counter() - t0
+        self.timings["calls"] += 1
+        info: dict[str, Any] = {
+            "success": self._success.clone(),
+            "episode_len": self._elapsed.clone(),
+            "return": self._returns.clone(),
+            "scores": scores_full,
+            "active": active,
+            "regenerations": regenerations,
+        }
+        return self._obs(), rewards, terms, truncs, info
+
+    def _score(self, frames: torch.Tensor, tasks: list[str], rows: torch.Tensor) -> torch.Tensor:
+        # a stateful reward (frame history per env, e.g. TOPReward) must know which env each
+        # row is, since finished envs drop out of the batch
+        kwargs = {"env_ids": rows} if hasattr(self.reward_model, "reset") else {}
+        scores = self.reward_model(frames, tasks, **kwargs)
+        scores = torch.as_tensor(scores).to(self.device, torch.float32)
+        if scores.shape != frames.shape[:2]:
+            raise ValueError(f"reward model returned shape {tuple(scores.shape)}, expected "
+                             f"[B, chunk] = {tuple(frames.shape[:2])}")
+        return scores
+
+    # ------------------------------------------------------------------ memory
+    _STATE_TENSORS = ("_cond_actions", "_done", "_success", "_elapsed", "_returns",
+                      "_prev_scaled", "_gen_latents", "_u8_table")
+
+    def _move_state(self, device) -> None:
+        for name in self._STATE_TENSORS:
+            v = getattr(self, name, None)
+            if torch.is_tensor(v):
+                setattr(self, name, v.to(device))
+        if self.fast_path and getattr(self, "_frames", None) is not None:
+            self._frames = self._frames.to(device)
+            self._obs_image = self._obs_image.to(device)
+        if self._anchor is not None:
+            self._anchor = self._anchor.to(device)
+            self._anchor_rows = self._anchor_rows.to(device)
+
+    def offload(self) -> None:
+        """Move the model, the reward model (if it has ``offload``) and episode tensors to host."""
+        if self._offloaded:
+            return
+        self.model.to("cpu")
+        if hasattr(self.reward_model, "offload"):
+            self.reward_model.offload()
+        self._move_state("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self._offloaded = True
+
+    def onload(self) -> None:
+        if not self._offloaded:
+            return
+        self.model.to(self.device)
+        if hasattr(self.reward_model, "onload"):
+            self.reward_model.onload()
+        self._move_state(self.device)
+        self._offloaded = False
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """RNG and episode state (CPU tensors); the model weights are not included."""
+        sd: dict[str, Any] = {
+            "reset_rng": self._reset_rng.get_state(),
+            "noise_rng": self._noise_rng.get_state(),
+            "has_reset": self._has_reset,
+        }
+        if self._has_reset:
+            frames = self._frames
+            sd.update(
+                frames=frames.cpu() if torch.is_tensor(frames) else torch.from_numpy(frames.copy()),
+                obs_image=self._obs_image.cpu(),
+                state_ids=self._state_ids.clone(),
+                tasks=list(self._tasks),
+                **{k.lstrip("_"): getattr(self, k).cpu() for k in self._STATE_TENSORS[:-2]},
+            )
+            if self._gen_latents is not None:
+                sd["gen_latents"] = self._gen_latents.cpu()
+        return sd
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.onload()
+        self._reset_rng.set_state(sd["reset_rng"])
+        self._noise_rng.set_state(sd["noise_rng"])
+        self._has_reset = sd["has_reset"]
+        if not self._has_reset:
+            return
+        frames = sd["frames"]
+        if frames.shape[0] != self.num_envs:
+            raise ValueError(f"state_dict is for {frames.shape[0]} envs, this env has {self.num_envs}")
+        if self.fast_path:
+            self._frames = frames.to(self.device).clone()
+            self._obs_image = sd["obs_image"].to(self.device).clone()
+        else:
+            self._frames = frames.numpy().copy()
+            self._obs_image = sd["obs_image"].clone()
+        self._state_ids = sd["state_ids"].clone()
+        self._tasks = list(sd["tasks"])
+        for k in self._STATE_TENSORS[:-2]:
+            setattr(self, k, sd[k.lstrip("_")].to(self.device).clone())
+        gl = sd.get("gen_latents")
+        self._gen_latents = None if gl is None else gl.to(self.device).clone()
+        # the anchor encoder state is a pure function of frame 0 and the active rows
+        active = (~self._done).nonzero().flatten()
+        self._anchor = self._encode_anchor(active) if self.fast_path and active.numel() else None
