@@ -8,8 +8,20 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 
+ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
+
+
 class ConfigError(ValueError):
     """Bad configuration: the message names the key and what to change."""
+
+
+def assets_dir(sub: str = "") -> str:
+    """``${wmrl_assets:}`` / ``${wmrl_assets:policy}`` in configs: the shipped tiny checkpoints."""
+    return os.path.join(ASSETS_DIR, sub) if sub else ASSETS_DIR
+
+
+if not OmegaConf.has_resolver("wmrl_assets"):
+    OmegaConf.register_new_resolver("wmrl_assets", assets_dir)
 
 
 def to_container(cfg: Any) -> Any:
