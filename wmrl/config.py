@@ -7,7 +7,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-
 ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
 
 

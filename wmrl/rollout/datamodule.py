@@ -19,6 +19,7 @@ import torch
 
 from wmrl.config import to_container
 from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
+from wmrl.rollout.weight_sync import WeightSender, push_weights
 from wmrl.rollout.workers import RolloutActor
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class RolloutDataModule(L.LightningDataModule):
         worker_threads: int | None = 1,
         ray_address: str | None = None,
         ray_num_cpus: int | None = None,
+        weight_sync: dict | None = None,
         seed: int = 0,
     ):
         super().__init__()
@@ -68,6 +70,9 @@ class RolloutDataModule(L.LightningDataModule):
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
         self.plan: RolloutPlan | None = None
+        sync = dict(to_container(weight_sync) or {})
+        self.zero_copy_weights = bool(sync.pop("zero_copy", False))
+        self.sender = WeightSender(**sync)
         self._started_ray = False
         self.last_timing: dict[str, float] = {}
 
@@ -95,13 +100,13 @@ class RolloutDataModule(L.LightningDataModule):
                    group_size=self.group_size, chunk=self.chunk,
                    max_episode_steps=self.max_episode_steps)
         common = dict(stages=self.stages, num_threads=self.worker_threads)
+        policy = dict(policy=self.policy_cfg, zero_copy_weights=self.zero_copy_weights)
         if self.placement == "collocated":
-            both = [actor.remote(policy=self.policy_cfg, env=env, **common)
+            both = [actor.remote(env=env, **policy, **common)
                     for _ in range(self.num_env_workers)]
             return RolloutPlan(both, both, self.stages, collocated=True)
         envs = [actor.remote(env=env, **common) for _ in range(self.num_env_workers)]
-        policies = [actor.remote(policy=self.policy_cfg, **common)
-                    for _ in range(self.num_rollout_workers)]
+        policies = [actor.remote(**policy, **common) for _ in range(self.num_rollout_workers)]
         return RolloutPlan(envs, policies, self.stages)
 
     def teardown(self, stage: str | None = None) -> None:
@@ -135,13 +140,9 @@ class RolloutDataModule(L.LightningDataModule):
 
     # ---- weight sync -----------------------------------------------------------------
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
-        """Full copy of the trainer's weights to every rollout worker; returns seconds."""
+        """Send the trainer's weights to every policy actor as ``version``; returns seconds."""
         t0 = time.perf_counter()
-        arrays = {k: v.detach().cpu().contiguous().numpy() for k, v in state_dict.items()}
-        ref = ray.put(arrays)
-        got = ray.get([w.apply_weights.remote(ref, version) for w in self.rollout_workers])
-        if any(v != version for v in got):
-            raise RuntimeError(f"weight sync: workers report versions {got}, expected {version}")
+        push_weights(self.sender, state_dict, version, self.rollout_workers)
         return time.perf_counter() - t0
 
 

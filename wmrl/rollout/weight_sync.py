@@ -10,11 +10,13 @@ Transports
               put as a tuple of numpy views of the tensors: Ray's serializer writes them back
               to back into one store object, so the bucket is flattened by the same single
               copy that puts it. A worker's ``ray.get`` returns read-only views into shared
-              memory and copies each view straight into its parameter (no dict of tensors).
+              memory and copies each view straight into its parameter (no dict of tensors),
+              or, with ``WeightReceiver(zero_copy=True)``, points its parameters at them.
   ``gloo``    each bucket is flattened on the trainer and broadcast over a torch.distributed
               gloo group (CPU tensors) that the caller built between trainer and workers.
   ``device``  the same collective code on the accelerator (NCCL/RCCL/HCCL/MCCL group): fails
-              at construction when the process has no accelerator.
+              at construction when the process has no accelerator. A worker that rejects a
+              sync still receives (and drops) its broadcasts, so the trainer never hangs.
 
 Delta (``delta=True``): per bucket the sender keeps the last bits it sent and ships only
 ``indices = {i : new_i != last_i}`` and ``values = new[indices]`` (bitwise comparison, so

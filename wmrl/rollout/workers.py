@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from wmrl.config import build
+from wmrl.rollout.weight_sync import SyncPayload, WeightReceiver
 
 
 def to_numpy_obs(obs: dict) -> dict:
@@ -45,6 +46,7 @@ class RolloutActor:
         num_threads: int | None = None,
         device: str = "cpu",
         offload_idle: bool = True,
+        zero_copy_weights: bool = False,
     ):
         if num_threads:
             torch.set_num_threads(num_threads)
@@ -61,7 +63,9 @@ class RolloutActor:
             env["num_envs"] //= stages
             self.envs = [build(env) for _ in range(stages)]
         self.generator = torch.Generator(device=self.device)
-        self.version = -1  # no weights received yet
+        # version -1 until the first sync; zero-copy aliases the object store (CPU only)
+        self.weights = WeightReceiver(self.policy, zero_copy=zero_copy_weights and
+                                      self.device.type == "cpu") if self.policy else None
         self.last_obs: dict[int, dict] = {}
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
         self.active_role: str | None = None
@@ -117,32 +121,26 @@ class RolloutActor:
         self._switch_to("policy")
         obs = self.last_obs[stage] if obs is None else obs
         self.generator.manual_seed(seed)
-        out = self.policy.sample(to_torch_obs(obs, self.device), temperature, self.generator)
+        with self.weights.reading() as version:  # no sync lands mid-sample
+            out = self.policy.sample(to_torch_obs(obs, self.device), temperature,
+                                     self.generator)
         record = {
             "image": obs["image"],
             "task": list(obs["task"]),
             "tokens": out.tokens.cpu().numpy(),
             "logprobs": out.logprobs.float().cpu().numpy(),
-            "version": self.version,
+            "version": version,
         }
         self.busy.append(("policy", t0, time.time()))
         return out.actions.float().cpu().numpy(), record
 
     # ---- weights -----------------------------------------------------------------------
-    def apply_weights(self, state: dict[str, np.ndarray], version: int) -> int:
-        """Full-copy weight sync: copy every array into the matching parameter/buffer."""
-        own = self.policy.state_dict()
-        missing = set(own) - set(state)
-        if missing:
-            raise KeyError(f"weight sync is missing {sorted(missing)[:5]} (version {version})")
-        with torch.no_grad():
-            for name, value in state.items():
-                own[name].copy_(torch.from_numpy(np.asarray(value)))
-        self.version = version
-        return version
+    def apply_weights(self, payload: SyncPayload) -> int:
+        """Bucketed, versioned sync (``wmrl.rollout.weight_sync``); returns the new version."""
+        return self.weights.apply(payload)
 
     def get_version(self) -> int:
-        return self.version
+        return self.weights.version
 
     def get_state(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in self.policy.state_dict().items()}
