@@ -7,6 +7,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from wmrl.tracing import Tracer
+
 
 def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Full (unsharded) tensors: DTensor shards from FSDP2 are gathered."""
@@ -26,9 +28,10 @@ class WeightSyncCallback(L.Callback):
         self.last_seconds = 0.0
 
     def _sync(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        state = full_state_dict(pl_module.policy)
-        # every trainer rank owns its own rollout workers
-        self.last_seconds = trainer.datamodule.sync_weights(state, pl_module.policy_version)
+        with Tracer.trace_span("trainer.weight_sync", version=pl_module.policy_version):
+            state = full_state_dict(pl_module.policy)
+            # every trainer rank owns its own rollout workers
+            self.last_seconds = trainer.datamodule.sync_weights(state, pl_module.policy_version)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sync(trainer, pl_module)

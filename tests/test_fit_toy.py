@@ -108,3 +108,30 @@ def test_batch_without_informative_group_counts_a_step_but_keeps_weights(tmp_pat
     trainer, module = fit(cfg)
     assert trainer.global_step == 2 and module.success_history == [1.0, 1.0]
     assert module.policy.bias.abs().sum() == 0 and module.policy.proj.weight.abs().sum() == 0
+
+
+def test_tracing_merges_trainer_and_actor_spans(tmp_path, ray_local):
+    import json
+
+    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "tracing": {"enabled": True}})
+    fit(cfg)
+    trace = json.loads((tmp_path / "trace" / "trace.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in trace if e.get("name") == "process_name"}
+    assert {"trainer-0", "env-0", "env-1", "policy-0"} <= names
+    spans = [e for e in trace if e["ph"] == "X"]
+    by_name = {}
+    for e in spans:
+        by_name.setdefault(e["name"], []).append(e)
+    waits, updates = by_name["trainer.wait_rollout"], by_name["trainer.update"]
+    assert len(waits) == 2 and len(updates) == 2
+    assert len(by_name["env.chunk_step"]) == 2 * 2 * 2  # steps x env actors x chunks
+    # every env step and sample of step 1 lies inside the trainer's wait for that rollout,
+    # and the update starts after the wait ends
+    first = waits[0]
+    inside = [e for e in by_name["env.chunk_step"] + by_name["policy.sample"]
+              if first["ts"] <= e["ts"] and e["ts"] + e["dur"] <= first["ts"] + first["dur"]]
+    assert len(inside) == 2 * 2 + 2 * 2
+    assert updates[0]["ts"] >= first["ts"] + first["dur"]
+    micro = by_name["trainer.micro_batch"]
+    assert all(any(u["ts"] <= m["ts"] and m["ts"] + m["dur"] <= u["ts"] + u["dur"]
+                   for u in updates) for m in micro)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from callbacks.checkpoint_io import AtomicCheckpointIO
 from callbacks.step_summary import StepSummaryCallback
+from callbacks.tracing import TracingCallback
 from callbacks.weight_sync import WeightSyncCallback
 from wmrl.config import build, to_container, validate
 from wmrl.module import GRPOModule
@@ -32,6 +33,7 @@ def build_datamodule(cfg: DictConfig) -> RolloutDataModule:
     if cfg.get("reward"):
         env["reward"] = to_container(cfg.reward)
     return RolloutDataModule(policy=to_container(cfg.policy), env=env, seed=cfg.seed,
+                             tracing=bool(cfg.get("tracing", {}).get("enabled", False)),
                              **to_container(cfg.rollout))
 
 
@@ -43,6 +45,8 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
         ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=cfg.checkpoint.every_n_steps,
                         save_last=True, save_top_k=cfg.checkpoint.save_top_k),
     ]
+    if cfg.get("tracing", {}).get("enabled", False):
+        callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values()]
     callbacks += list(extra_callbacks or [])
     logger = build(cfg.logger) if cfg.get("logger") else False

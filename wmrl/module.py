@@ -25,6 +25,7 @@ import torch
 
 from wmrl.algorithms import grpo
 from wmrl.config import build
+from wmrl.tracing import Tracer
 
 
 class GRPOModule(L.LightningModule):
@@ -75,14 +76,16 @@ class GRPOModule(L.LightningModule):
     # ---- the step --------------------------------------------------------------------
     def training_step(self, dataloader_iter: Iterator[dict[str, Any]]) -> None:
         t0 = time.perf_counter()
-        batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
+        with Tracer.trace_span("trainer.wait_rollout"):
+            batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
         t_rollout = time.perf_counter() - t0
         if batch["version"] != self.policy_version:
             raise RuntimeError(
                 f"rollout used policy version {batch['version']} but the trainer is at "
                 f"{self.policy_version}: weight sync did not reach the rollout workers"
             )
-        metrics = self.update(batch)
+        with Tracer.trace_span("trainer.update", version=self.policy_version):
+            metrics = self.update(batch)
         metrics["time/rollout_s"] = t_rollout
         metrics["time/train_s"] = time.perf_counter() - t0 - t_rollout
         dm = getattr(self.trainer, "datamodule", None)
@@ -148,14 +151,16 @@ class GRPOModule(L.LightningModule):
             for mb in torch.tensor_split(order, max(1, math.ceil(total / step))):
                 scale = total / len(mb)  # mini-batch loss estimates the full-batch loss
                 for micro in torch.split(mb, self.micro_batch):
-                    loss, m = self._micro_loss(s, micro, scale)
-                    self.manual_backward(loss)
+                    with Tracer.trace_span("trainer.micro_batch", size=len(micro)):
+                        loss, m = self._micro_loss(s, micro, scale)
+                        self.manual_backward(loss)
                     per_step["loss"] += loss.item()
                     ratio_max = max(ratio_max, m.pop("ratio_max"))
                     for key, v in m.items():
                         per_token[key] = per_token.get(key, 0.0) + v * len(micro)
                     samples += len(micro)
-                per_step["grad_norm"] += self._clip_and_step(opt)
+                with Tracer.trace_span("trainer.optimizer_step"):
+                    per_step["grad_norm"] += self._clip_and_step(opt)
                 steps += 1
         out = {f"train/{k}": v / samples for k, v in per_token.items()}
         out.update({f"train/{k}": v / steps for k, v in per_step.items()})

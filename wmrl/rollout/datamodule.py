@@ -45,6 +45,7 @@ class RolloutDataModule(L.LightningDataModule):
         ray_address: str | None = None,
         ray_num_cpus: int | None = None,
         weight_sync: dict | None = None,
+        tracing: bool = False,
         seed: int = 0,
     ):
         super().__init__()
@@ -73,6 +74,8 @@ class RolloutDataModule(L.LightningDataModule):
         sync = dict(to_container(weight_sync) or {})
         self.zero_copy_weights = bool(sync.pop("zero_copy", False))
         self.sender = WeightSender(**sync)
+        self.tracing = tracing
+        self.trace_events: list[dict] = []  # actors' events of the last step(s)
         self._started_ray = False
         self.last_timing: dict[str, float] = {}
 
@@ -99,14 +102,17 @@ class RolloutDataModule(L.LightningDataModule):
         env = dict(self.env_cfg, num_envs=self.num_envs // self.num_env_workers,
                    group_size=self.group_size, chunk=self.chunk,
                    max_episode_steps=self.max_episode_steps)
-        common = dict(stages=self.stages, num_threads=self.worker_threads)
+        common = dict(stages=self.stages, num_threads=self.worker_threads,
+                      tracing=self.tracing)
         policy = dict(policy=self.policy_cfg, zero_copy_weights=self.zero_copy_weights)
         if self.placement == "collocated":
-            both = [actor.remote(env=env, **policy, **common)
-                    for _ in range(self.num_env_workers)]
+            both = [actor.remote(env=env, **policy, **common, name=f"collocated-{i}")
+                    for i in range(self.num_env_workers)]
             return RolloutPlan(both, both, self.stages, collocated=True)
-        envs = [actor.remote(env=env, **common) for _ in range(self.num_env_workers)]
-        policies = [actor.remote(**policy, **common) for _ in range(self.num_rollout_workers)]
+        envs = [actor.remote(env=env, **common, name=f"env-{i}")
+                for i in range(self.num_env_workers)]
+        policies = [actor.remote(**policy, **common, name=f"policy-{i}")
+                    for i in range(self.num_rollout_workers)]
         return RolloutPlan(envs, policies, self.stages)
 
     def teardown(self, stage: str | None = None) -> None:
@@ -133,8 +139,9 @@ class RolloutDataModule(L.LightningDataModule):
                                  self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step)
         end = time.time()
         self.rollout_step += 1
-        busy = [iv for per_actor in ray.get([a.pop_busy.remote() for a in self.plan.actors])
-                for iv in per_actor]
+        records = ray.get([a.pop_step_record.remote() for a in self.plan.actors])
+        busy = [iv for intervals, _ in records for iv in intervals]
+        self.trace_events += [ev for _, events in records for ev in events]
         self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end)}
         return to_torch_batch(batch)
 

@@ -21,6 +21,7 @@ import torch
 
 from wmrl.config import build
 from wmrl.rollout.weight_sync import SyncPayload, WeightReceiver
+from wmrl.tracing import Tracer
 
 
 def to_numpy_obs(obs: dict) -> dict:
@@ -47,7 +48,10 @@ class RolloutActor:
         device: str = "cpu",
         offload_idle: bool = True,
         zero_copy_weights: bool = False,
+        name: str = "rollout",
+        tracing: bool = False,
     ):
+        Tracer.configure(enabled=tracing, process_name=name)
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device)
@@ -90,7 +94,8 @@ class RolloutActor:
     def reset(self, stage: int, seed: int) -> dict:
         t0 = time.time()
         self._switch_to("env")
-        obs = to_numpy_obs(self.envs[stage].reset(seed=seed))
+        with Tracer.trace_span("env.reset", stage=stage):
+            obs = to_numpy_obs(self.envs[stage].reset(seed=seed))
         self.last_obs[stage] = obs
         self.busy.append(("env", t0, time.time()))
         return obs
@@ -99,8 +104,9 @@ class RolloutActor:
         """-> (next obs, step record: [B, C] rewards/terminations/truncations, success [B])."""
         t0 = time.time()
         self._switch_to("env")
-        obs, rewards, terms, truncs, info = self.envs[stage].chunk_step(
-            torch.from_numpy(np.asarray(actions)))
+        with Tracer.trace_span("env.chunk_step", stage=stage):
+            obs, rewards, terms, truncs, info = self.envs[stage].chunk_step(
+                torch.from_numpy(np.asarray(actions)))
         record = {
             "rewards": torch.as_tensor(rewards, dtype=torch.float32).cpu().numpy(),
             "terminations": torch.as_tensor(terms).bool().cpu().numpy(),
@@ -121,7 +127,8 @@ class RolloutActor:
         self._switch_to("policy")
         obs = self.last_obs[stage] if obs is None else obs
         self.generator.manual_seed(seed)
-        with self.weights.reading() as version:  # no sync lands mid-sample
+        with self.weights.reading() as version, Tracer.trace_span("policy.sample", stage=stage):
+            # (holding the weights: no sync lands mid-sample)
             out = self.policy.sample(to_torch_obs(obs, self.device), temperature,
                                      self.generator)
         record = {
@@ -137,7 +144,8 @@ class RolloutActor:
     # ---- weights -----------------------------------------------------------------------
     def apply_weights(self, payload: SyncPayload) -> int:
         """Bucketed, versioned sync (``wmrl.rollout.weight_sync``); returns the new version."""
-        return self.weights.apply(payload)
+        with Tracer.trace_span("policy.apply_weights", version=payload.version):
+            return self.weights.apply(payload)
 
     def get_version(self) -> int:
         return self.weights.version
@@ -145,6 +153,7 @@ class RolloutActor:
     def get_state(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in self.policy.state_dict().items()}
 
-    def pop_busy(self) -> list[tuple[str, float, float]]:
+    def pop_step_record(self) -> tuple[list[tuple[str, float, float]], list[dict]]:
+        """Once per step: busy intervals (role, start, end) and this process's trace events."""
         busy, self.busy = self.busy, []
-        return busy
+        return busy, Tracer.flush()
