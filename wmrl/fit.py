@@ -50,7 +50,9 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values()]
     callbacks += list(extra_callbacks or [])
     logger = build(cfg.logger) if cfg.get("logger") else False
-    return L.Trainer(strategy=build(cfg.strategy), logger=logger, callbacks=callbacks,
+    # a strategy config is a `_target_` spec or Lightning's name for one ({strategy: auto})
+    strategy = build(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.strategy
+    return L.Trainer(strategy=strategy, logger=logger, callbacks=callbacks,
                      plugins=[AtomicCheckpointIO()], **to_container(cfg.trainer))
 
 

@@ -68,7 +68,7 @@ class GRPOModule(L.LightningModule):
         self.shuffle = torch.Generator().manual_seed(seed)
         self.policy_version = 0  # bumped after each batch's updates; rollouts must match it
         self.automatic_optimization = False
-        self.success_history: list[float] = []  # rollout success rate per step (this run)
+        self.history: list[dict[str, float]] = []  # per-step metrics of this run
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
@@ -99,6 +99,11 @@ class GRPOModule(L.LightningModule):
         self.log_dict({"reward": metrics["rollout/return"], "success": metrics["rollout/success"]},
                       on_step=True, prog_bar=True, batch_size=1)
         self.last_metrics = metrics
+        self.history.append(metrics)
+
+    @property
+    def success_history(self) -> list[float]:
+        return [m["rollout/success"] for m in self.history]
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """All optimizer steps for one rollout batch; returns step metrics (floats)."""
@@ -116,7 +121,6 @@ class GRPOModule(L.LightningModule):
             "rollout/kept_groups": keep.float().mean().item(),
             "rollout/zero_var_groups": 1.0 - keep.float().mean().item(),
         }
-        self.success_history.append(metrics["rollout/success"])
         rows = keep.nonzero().squeeze(1)
         if rows.numel() == 0:
             # nothing to learn from this batch. Still take one (empty) optimizer step so
