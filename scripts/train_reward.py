@@ -68,9 +68,25 @@ def recalibrate_batchnorm(model: torch.nn.Module, batches: list) -> None:
         m.momentum = 0.1
 
 
+def load_trajectory_frames(cfg: dict) -> dict:
+    """``data_format: trajectories``: frames + per-frame success labels from simulator
+    trajectory datasets (``data_dir``: one dir or a list; see wmrl/rewards/data.py)."""
+    from wmrl.rewards.data import reward_frames_from_trajectories
+
+    t = dict(cfg.get("trajectories") or {})
+    frames, labels, task_ids, tasks = reward_frames_from_trajectories(
+        cfg["data_dir"], tasks=t.get("tasks"), negative_stride=int(t.get("negative_stride", 1)))
+    return {"frames": torch.from_numpy(frames), "labels": torch.from_numpy(labels).float(),
+            "task_ids": torch.from_numpy(task_ids), "tasks": tasks}
+
+
 def train(cfg: dict) -> dict:
     """Fit, evaluate on a held-out split, save; returns the metrics dict."""
-    data = load_reward_dataset(cfg["data_dir"])
+    fmt = cfg.get("data_format", "frames")
+    if fmt not in ("frames", "trajectories"):
+        raise ValueError(f"data_format must be 'frames' or 'trajectories', got {fmt!r}")
+    data = load_trajectory_frames(cfg) if fmt == "trajectories" else load_reward_dataset(
+        cfg["data_dir"])
     arch, model_cfg = cfg["arch"], dict(cfg["model"])
     tasks = list(cfg.get("tasks") or data["tasks"] or [])
     if arch == "resnet_task":

@@ -33,7 +33,7 @@ def run(steps: int = 3, num_envs: int = 16) -> list[dict]:
             _, module = fit(cfg)
         hist = module.history[1:]  # step 1 builds models and warms caches
 
-        def mean(key: str) -> float:
+        def mean(key: str, hist: list[dict] = hist) -> float:
             return sum(h.get(key, 0.0) for h in hist) / len(hist)
 
         step_s = mean("time/rollout_s") + mean("time/train_s")
