@@ -70,6 +70,15 @@ class GRPOModule(L.LightningModule):
         self.automatic_optimization = False
         self.history: list[dict[str, float]] = []  # per-step metrics of this run
 
+    def on_fit_start(self) -> None:
+        # under FSDP2 (strategies.HybridShardStrategy) only forward() gathers the shards;
+        # the policy's entry points are log_probs/sample, so they get the same hooks
+        from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+
+        if isinstance(self.policy, FSDPModule):
+            for method in ("log_probs", "sample"):
+                register_fsdp_forward_method(self.policy, method)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
 
@@ -122,26 +131,42 @@ class GRPOModule(L.LightningModule):
             "rollout/zero_var_groups": 1.0 - keep.float().mean().item(),
         }
         rows = keep.nonzero().squeeze(1)
-        if rows.numel() == 0:
-            # nothing to learn from this batch. Still take one (empty) optimizer step so
-            # Lightning's step count - and trainer.max_steps - follows rollout batches;
-            # AdamW skips parameters without gradients, so weights and state are untouched.
+        token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
+        weights = grpo.aggregation_weights(token_mask, self.aggregation).view(-1, k, per_chunk)
+        traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # the valid samples
+        src, adv, w = rows[traj], advantages[rows][traj], weights[traj, chunk]
+        # every rank must run the same micro-batches (FSDP collectives): pad to the largest
+        # rank's sample count with zero-weight copies of sample 0 of the batch
+        target = self._max_over_ranks(len(src))
+        if target == 0:
+            # nothing to learn anywhere. Still take one (empty) optimizer step so Lightning's
+            # step count - and trainer.max_steps - follows rollout batches; AdamW skips
+            # parameters without gradients, so weights and state are untouched.
             self.optimizers().zero_grad(set_to_none=True)
             self.optimizers().step()
             return metrics
-        token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
-        weights = grpo.aggregation_weights(token_mask, self.aggregation).view(-1, k, per_chunk)
-        traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # valid samples
+        pad = target - len(src)
+        if pad:
+            src = torch.cat([src, src.new_zeros(pad)])
+            chunk = torch.cat([chunk, chunk.new_zeros(pad)])
+            adv = torch.cat([adv, adv.new_zeros(pad)])
+            w = torch.cat([w, w.new_zeros(pad, per_chunk)])
         samples = {
-            "image": batch["image"][rows][traj, chunk],
-            "task": [batch["task"][int(rows[i])] for i in traj],
-            "tokens": batch["tokens"][rows][traj, chunk],
-            "old_logprobs": batch["logprobs"][rows][traj, chunk].float(),
-            "advantages": advantages[rows][traj],
-            "weights": weights[traj, chunk],
+            "image": batch["image"][src, chunk],
+            "task": [batch["task"][i] for i in src.tolist()],
+            "tokens": batch["tokens"][src, chunk],
+            "old_logprobs": batch["logprobs"][src, chunk].float(),
+            "advantages": adv,
+            "weights": w,
         }
         metrics.update(self._optimize(samples))
         return metrics
+
+    def _max_over_ranks(self, n: int) -> int:
+        if self.trainer.world_size == 1:
+            return n
+        t = torch.tensor(n, device=self.device)
+        return int(self.trainer.strategy.reduce(t, reduce_op="max"))
 
     def _optimize(self, s: dict[str, Any]) -> dict[str, float]:
         opt = self.optimizers()
@@ -178,13 +203,14 @@ class GRPOModule(L.LightningModule):
         tokens = s["tokens"][idx].to(dev)
         logprobs, entropy = self.policy.log_probs(obs, tokens, self.temperature,
                                                   return_entropy=True)
-        mask = torch.ones_like(tokens, dtype=torch.bool)
+        weights = s["weights"][idx].to(dev)
+        mask = weights > 0  # padding samples (see update) count in neither loss nor metrics
         loss, m = grpo.policy_loss(
             logprobs.float(), s["old_logprobs"][idx].to(dev), s["advantages"][idx].to(dev),
-            mask, weights=s["weights"][idx].to(dev) * scale, **self.loss_args,
+            mask, weights=weights * scale, **self.loss_args,
         )
         m = {k: v.item() for k, v in m.items()}
-        m["entropy"] = entropy.float().mean().item()
+        m["entropy"] = entropy.float()[mask].mean().item() if mask.any() else 0.0
         return loss, m
 
     def _clip_and_step(self, opt: Any) -> float:

@@ -44,6 +44,7 @@ class RolloutDataModule(L.LightningDataModule):
         worker_threads: int | None = 1,
         ray_address: str | None = None,
         ray_num_cpus: int | None = None,
+        actor_start_timeout_s: float = 600.0,
         weight_sync: dict | None = None,
         tracing: bool = False,
         seed: int = 0,
@@ -68,6 +69,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.worker_threads = worker_threads
         self.ray_address = ray_address
         self.ray_num_cpus = ray_num_cpus
+        self.actor_start_timeout_s = actor_start_timeout_s
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
         self.plan: RolloutPlan | None = None
@@ -95,7 +97,26 @@ class RolloutDataModule(L.LightningDataModule):
                 ray.init(num_cpus=self.ray_num_cpus, include_dashboard=False,
                          log_to_driver=False)
                 self._started_ray = True
+        if self.trainer is not None and self.trainer.world_size > 1:
+            # every trainer rank drives its own actors: give each different episodes
+            self.seed += 7919 * self.trainer.global_rank
         self.plan = self.build_plan()
+        self._wait_for_actors()
+
+    def _wait_for_actors(self) -> None:
+        """Fail loudly (not hang) when Ray cannot place the actors."""
+        try:
+            ray.get([a.ready.remote() for a in self.plan.actors],
+                    timeout=self.actor_start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            need = len(self.plan.actors) * self.worker_cpus
+            have = ray.cluster_resources().get("CPU", 0)
+            raise RuntimeError(
+                f"rollout actors did not start within rollout.actor_start_timeout_s="
+                f"{self.actor_start_timeout_s}: they need {need} CPUs "
+                f"({len(self.plan.actors)} actors x rollout.worker_cpus={self.worker_cpus}; "
+                f"more per trainer rank) and the Ray cluster has {have} in all. Lower "
+                "rollout.worker_cpus or give Ray more resources.") from None
 
     def build_plan(self) -> RolloutPlan:
         actor = ray.remote(RolloutActor).options(num_cpus=self.worker_cpus)

@@ -52,8 +52,8 @@ class RolloutPlan:
 
 
 def call_seed(seed: int, epoch: int, actor: int, stage: int, chunk: int) -> int:
-    """A distinct, placement-independent seed per sampling call."""
-    return (((seed * 1009 + epoch) * 1013 + actor) * 1019 + stage) * 1021 + chunk
+    """A distinct, placement-independent seed per sampling call (fits any RNG's seed)."""
+    return ((((seed * 1009 + epoch) * 1013 + actor) * 1019 + stage) * 1021 + chunk) % (2**31 - 1)
 
 
 def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
@@ -65,7 +65,7 @@ def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epo
         for j, env in enumerate(plan.env_actors):
             policy = plan.policy_actors[j % len(plan.policy_actors)]
             for s in range(plan.stages):
-                obs = env.reset.remote(s, seed=call_seed(seed, epoch, j, s, 0) + 7)
+                obs = env.reset.remote(s, seed=call_seed(seed + 1, epoch, j, s, 0))
                 streams.append((j, s, env, policy, obs, [], []))
         for k in range(num_chunks):
             for i, (j, s, env, policy, obs, samples, steps) in enumerate(streams):

@@ -147,6 +147,9 @@ class RolloutActor:
         with Tracer.trace_span("policy.apply_weights", version=payload.version):
             return self.weights.apply(payload)
 
+    def ready(self) -> bool:
+        return True
+
     def get_version(self) -> int:
         return self.weights.version
 

@@ -1,0 +1,43 @@
+"""Run by test_grpo_sharded.py as a script: Lightning re-launches it once per rank."""
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+os.environ["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE),
+                                            os.environ.get("PYTHONPATH", "")])
+
+from omegaconf import OmegaConf  # noqa: E402
+from test_fit_toy import toy_cfg  # noqa: E402
+
+from wmrl.fit import fit  # noqa: E402
+
+
+def main(out_dir: str) -> None:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(100, exit=True)  # a hang prints every stack, then exits
+    cfg = toy_cfg(out_dir, **{"trainer.max_steps": 3, "trainer.devices": 2,
+                              "rollout.num_envs": 8, "algorithm.global_batch": 16})
+    cfg.strategy = OmegaConf.create({
+        "_target_": "strategies.HybridShardStrategy", "shard_size": "world",
+        "param_dtype": None, "reduce_dtype": None, "sync_module_states": True,
+    })
+    cfg.rollout.worker_cpus = 0.25  # 2 ranks x 3 actors on a 2-CPU Ray cluster
+    cfg.rollout.ray_address = os.environ.get("WMRL_TEST_RAY_ADDRESS")
+    trainer, module = fit(cfg)
+    state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v)
+             for k, v in module.policy.state_dict().items()}
+    summary = {"rank": trainer.global_rank, "world": trainer.world_size,
+               "steps": trainer.global_step, "version": module.policy_version,
+               "success": module.success_history,
+               "bias_sum": float(state["bias"].sum()),
+               "sharded": type(module.policy).__name__}
+    with open(os.path.join(out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
+        json.dump(summary, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
