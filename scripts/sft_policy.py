@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +47,8 @@ def select_episodes(ds: TrajectoryDataset, per_task: int | None) -> list:
 def policy_config(cfg: dict, stats: dict) -> dict:
     m = cfg["model"]
     pc = tiny_config(image_size=int(m["image_size"]), vocab_base=int(m["vocab_base"]))
+    for vit in pc["wmrl"]["vision_configs"]:  # same patch grid / depth for both featurizers
+        vit.update(m.get("vision") or {})
     pc["text_config"].update(m.get("text_config") or {})
     pc["wmrl"].update(m.get("wmrl") or {})
     pc["norm_stats"] = {cfg["unnorm_key"]: stats}
@@ -54,18 +57,20 @@ def policy_config(cfg: dict, stats: dict) -> dict:
 
 def run(cfg: dict) -> dict:
     torch.set_num_threads(int(cfg.get("threads") or 1))
-    ds = TrajectoryDataset(cfg["data_dir"])
-    episodes = select_episodes(ds, cfg.get("episodes_per_task"))
+    dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
+    episodes = [e for d in dirs for e in select_episodes(TrajectoryDataset(d),
+                                                         cfg.get("episodes_per_task"))]
     used = [e for e in episodes if e.success or not cfg["success_only"]]
     if not used:
         raise ValueError(f"data_dir {cfg['data_dir']}: no usable episodes (success_only="
                          f"{cfg['success_only']})")
-    import numpy as np
-
-    stats = sft.action_statistics(np.concatenate([e.actions for e in used]), len(used))
+    relabel = bool(cfg.get("relabel_with_expert"))
+    labels = [sft.expert_labels(e) if relabel else e.actions for e in used]
+    stats = sft.action_statistics(np.concatenate(labels), len(used))
     policy = build_policy(config=policy_config(cfg, stats), unnorm_key=cfg["unnorm_key"],
                           seed=int(cfg["seed"]))
-    data = sft.ChunkBCDataset(used, stats, policy.chunk, policy.n_bins, cfg["success_only"])
+    data = sft.ChunkBCDataset(used, stats, policy.chunk, policy.n_bins, cfg["success_only"],
+                              relabel_with_expert=relabel)
     print(f"sft: {len(used)} episodes, {len(data)} samples, "
           f"{sum(p.numel() for p in policy.parameters())} params", flush=True)
     t0 = time.perf_counter()

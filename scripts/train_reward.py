@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
@@ -76,6 +77,11 @@ def load_trajectory_frames(cfg: dict) -> dict:
     t = dict(cfg.get("trajectories") or {})
     frames, labels, task_ids, tasks = reward_frames_from_trajectories(
         cfg["data_dir"], tasks=t.get("tasks"), negative_stride=int(t.get("negative_stride", 1)))
+    if t.get("vae_from"):  # add VAE-reconstructed copies (the world model's look)
+        from wmrl.rewards.data import vae_roundtrip
+
+        frames = np.concatenate([frames, vae_roundtrip(frames, t["vae_from"])])
+        labels, task_ids = np.tile(labels, 2), np.tile(task_ids, 2)
     return {"frames": torch.from_numpy(frames), "labels": torch.from_numpy(labels).float(),
             "task_ids": torch.from_numpy(task_ids), "tasks": tasks}
 

@@ -20,6 +20,8 @@ from wmrl.rollout.datamodule import RolloutDataModule
 # GRPOModule pulls its batch itself (``dataloader_iter``) so rollouts never run ahead of the
 # weights; Lightning flags that step flavour as experimental on every run.
 warnings.filterwarnings("ignore", message=".*dataloader_iter.*")
+# checkpoints after the update are what we want (the weights the next rollout uses)
+warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
 
 
 def build_module(cfg: DictConfig) -> GRPOModule:

@@ -10,6 +10,9 @@ Targets follow OpenVLA's data pipeline, so a trained policy decodes with its own
   x = u for the gripper;
 * discretise: edges = linspace(-1, 1, n_bins), bin b = clip(digitize(x, edges) - 1, 0, n_bins-1)
   (OpenVLA's token id is vocab_base - digitize(x), i.e. vocab_base - 1 - b).
+* labels: the executed actions, or (``relabel_with_expert``, DART-style) the scripted expert's
+  noise-free action at every stored state, so demos collected with execution noise teach the
+  recovery from off-path states instead of the noise;
 * chunks: the sample at step t is frame t with actions t .. t+C-1; steps past the end of the
   episode repeat its last action (as OFT's chunked RLDS loader does).
 
@@ -79,13 +82,25 @@ def actions_to_bins(env_actions: np.ndarray, stats: dict, n_bins: int = 256) -> 
     return np.clip(np.digitize(x, edges) - 1, 0, n_bins - 1).astype(np.int64)
 
 
+def expert_labels(episode, expert=None) -> np.ndarray:
+    """The scripted expert's clean action at each of the episode's states -> float32 [T, 7]."""
+    from wmrl.sim.expert import ScriptedExpert
+
+    if episode.states is None:
+        raise ValueError("relabel_with_expert needs episodes with privileged states "
+                         "(collect them with scripts/collect.py)")
+    expert = expert or ScriptedExpert()
+    states = episode.states[: len(episode)]
+    return np.stack([expert.clean_action(st, episode.task) for st in states]).astype(np.float32)
+
+
 class ChunkBCDataset:
     """Every (episode, step t) of a trajectory dataset as (frame t, task, 56 target bins).
 
     Frames stay uint8 [N, H, W, 3] at the dataset's size; the policy resizes them itself."""
 
     def __init__(self, episodes, stats: dict, chunk: int = 8, n_bins: int = 256,
-                 success_only: bool = True):
+                 success_only: bool = True, relabel_with_expert: bool = False):
         frames, tasks, bins = [], [], []
         for ep in episodes:
             if success_only and not ep.success:
@@ -93,8 +108,9 @@ class ChunkBCDataset:
             t_len = len(ep)
             if t_len == 0:
                 continue
+            actions = expert_labels(ep) if relabel_with_expert else ep.actions
             idx = np.minimum(np.arange(t_len)[:, None] + np.arange(chunk)[None], t_len - 1)
-            bins.append(actions_to_bins(ep.actions[idx], stats, n_bins).reshape(t_len, -1))
+            bins.append(actions_to_bins(actions[idx], stats, n_bins).reshape(t_len, -1))
             frames.append(ep.frames[:t_len])
             tasks += [ep.task] * t_len
         if not frames:
