@@ -95,6 +95,8 @@ def run(cfg: dict) -> dict:
 
 def sim_check(policy, ev: dict) -> dict:
     common = dict(seed=int(ev["seed"]), num_envs=int(ev["num_envs"]), env=dict(ev["env"]))
+    if ev.get("tasks"):
+        common["tasks"] = list(ev["tasks"])
     res = evaluate_policy(policy, episodes_per_task=int(ev["episodes_per_task"]),
                           temperature=float(ev["temperature"]), **common)
     out = {"temperature": float(ev["temperature"]), "success": res.success,

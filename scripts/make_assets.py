@@ -1,0 +1,83 @@
+"""Regenerate the shipped tiny checkpoints (wmrl/assets/) from scratch, on CPU:
+
+1. simulator data: expert rollouts of the tabletop task at four noise levels (successes and
+   failures) + held-out sets, and clean demos for behaviour cloning;
+2. the world model (VAE, then the action-conditioned transformer) + the initial states
+   (the simulator's fixed evaluation scenes);
+3. the reward classifier (simulator frames, plus the same frames through the world model's
+   VAE so it also fires on imagined frames);
+4. the world model's replay check against the simulator with that reward;
+5. the SFT base policy, checked in the simulator.
+
+    python scripts/make_assets.py [--data DIR] [--assets DIR] [--tasks red_on_plate]
+
+Each stage is one of the project's scripts run as a subprocess (their own configs hold the
+hyper-parameters); about 30-40 minutes on 2 cores. Each output directory is written
+atomically by its script, so an interrupted run leaves the previous assets in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOISE = {0.3: 11, 0.6: 12, 0.8: 13, 1.0: 14}  # expert noise_std -> seed (held out: seed + 10)
+
+
+def run(script: str, *overrides: str) -> None:
+    cmd = [sys.executable, str(ROOT / "scripts" / script), *overrides]
+    print(f"\n$ {' '.join(cmd[1:])}", flush=True)
+    t0 = time.time()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    print(f"  ({time.time() - t0:.0f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(ROOT / "data" / "assets"), help="scratch data dir")
+    p.add_argument("--assets", default=str(ROOT / "wmrl" / "assets"), help="output dir")
+    p.add_argument("--tasks", default="red_on_plate", help="comma-separated task names")
+    p.add_argument("--episodes", type=int, default=120, help="train episodes per noise level")
+    args = p.parse_args(argv)
+    data, assets = Path(args.data), Path(args.assets)
+    tasks = "[" + args.tasks + "]"
+    t0 = time.time()
+
+    train, val = [], []
+    for noise, seed in NOISE.items():
+        for split, n, s, dirs in (("train", args.episodes, seed, train),
+                                  ("val", 16, seed + 10, val)):
+            out = data / f"{split}_n{noise}"
+            run("collect.py", f"collect.out_dir={out}", f"collect.tasks={tasks}",
+                f"collect.episodes_per_task={n}", f"expert.noise_std={noise}",
+                f"expert.seed={s}", f"collect.seed={s}", "collect.overwrite=true")
+            dirs.append(str(out))
+    demos = data / "demos"
+    run("collect.py", f"collect.out_dir={demos}", f"collect.tasks={tasks}",
+        "collect.episodes_per_task=150", "collect.seed=7", "collect.overwrite=true")
+
+    train_list, val_list = "[" + ",".join(train) + "]", "[" + ",".join(val) + "]"
+    world_model, reward = assets / "world_model", assets / "reward"
+    run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs={val_list}",
+        f"tasks={tasks}", f"out_dir={world_model}",
+        f"initial_states.out_dir={assets / 'initial_states'}")
+    run("train_reward.py", "data_format=trajectories", f"data_dir={train_list}",
+        "trajectories.negative_stride=4", f"trajectories.vae_from={world_model}",
+        f"out_dir={reward}", "steps=600")
+    replay = data / "world_model_replay"  # re-evaluation only: the world model is unchanged
+    run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs={val_list}",
+        f"tasks={tasks}", f"init_from={world_model}", "transformer_train.steps=0",
+        f"eval.reward_checkpoint={reward}", f"out_dir={replay}")
+    shutil.copy(replay / "metrics.json", world_model / "metrics_replay_reward.json")
+    run("sft_policy.py", f"data_dir={demos}", f"out_dir={assets / 'policy'}",
+        f"eval.tasks={tasks}")
+    print(f"\nassets in {assets} ({(time.time() - t0) / 60:.1f} min)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

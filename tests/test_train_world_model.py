@@ -1,0 +1,147 @@
+"""World-model training: metrics by hand, clip layout = the env's model input, and a tiny
+collect -> VAE + transformer fit -> save -> WanWorldModelEnv(from_pretrained) pipeline."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from wmrl.rewards.data import reward_frames_from_trajectories
+from wmrl.sim.dataset import Episode, TrajectoryWriter
+from wmrl.world_model import train as T
+from wmrl.world_model.metrics import psnr, ssim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_psnr_ssim_hand_checked():
+    x = torch.full((2, 3, 16, 16), 0.5)
+    y = torch.full((2, 3, 16, 16), 0.6)  # MSE 0.01 -> 10 log10(1 / 0.01) = 20 dB
+    assert torch.allclose(psnr(x, y), torch.tensor([20.0, 20.0]), atol=1e-4)
+    # constant images: SSIM = (2*.5*.6 + C1) C2 / ((.25 + .36 + C1) C2), C1 = 1e-4
+    assert torch.allclose(ssim(x, y), torch.tensor((0.6 + 1e-4) / (0.61 + 1e-4)), atol=1e-5)
+    img = torch.rand(3, 16, 16, generator=torch.Generator().manual_seed(0))
+    assert ssim(img, img).item() == pytest.approx(1.0, abs=1e-5)
+    assert psnr(img, img).item() > 90
+    assert ssim(img, 1 - img).item() < 0  # anti-correlated structure
+    with pytest.raises(ValueError, match="equal shape"):
+        psnr(x, y[:1])
+
+
+def _episode(t_len: int) -> Episode:
+    frames = np.arange(t_len + 1, dtype=np.uint8)[:, None, None, None] * np.ones(
+        (1, 2, 2, 3), np.uint8)  # frame t is filled with value t
+    actions = np.zeros((t_len, 7), np.float32)
+    actions[:, 0] = np.arange(t_len) / 100  # a_t[0] = t / 100
+    actions[:, 6] = 1.0
+    return Episode(frames, actions, np.zeros(t_len + 1, bool), "task")
+
+
+def test_clip_layout_matches_env():
+    ep = _episode(20)
+    f, a = T.build_clip(ep.frames, ep.actions, 0)
+    # after reset: 5 copies of f_0 with reset actions (gripper -1), then f_1..f_8 / a_0..a_7
+    assert f[:, 0, 0, 0].tolist() == [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert (a[:5] == T.RESET_ACTION).all()
+    assert np.allclose(a[5:, 0], np.arange(8) / 100)
+    f, a = T.build_clip(ep.frames, ep.actions, 8)
+    # anchor f_0, the last 4 frames of the previous chunk f_5..f_8 with a_4..a_7, then new
+    assert f[:, 0, 0, 0].tolist() == [0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    assert (a[0] == T.RESET_ACTION).all()
+    assert np.allclose(a[1:, 0], np.arange(4, 16) / 100)
+    f, a = T.build_clip(ep.frames, ep.actions, 16)  # runs past T = 20: hold the last frame
+    assert f[5:, 0, 0, 0].tolist() == [17, 18, 19, 20, 20, 20, 20, 20]
+    assert np.allclose(a[9:, :6], 0) and (a[9:, 6] == 1.0).all()
+    clips = T.build_clips([ep, _episode(8)])
+    assert len(clips) == 4 and clips.start.tolist() == [0, 8, 16, 0]
+    assert clips.video([0]).shape == (1, 3, 13, 2, 2)
+    assert clips.video([0]).min() == -1.0
+    last = T.chunk_actions(ep, 2)  # actions 16..19, then 4 hold actions
+    assert last.shape == (8, 7) and last[4:, 6].tolist() == [1] * 4 and np.allclose(last[4:, :6], 0)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    from wmrl.sim.expert import ScriptedExpert
+    from wmrl.sim.rollout import EpisodeSpec, rollout_episodes
+    from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
+
+    root = tmp_path_factory.mktemp("wm")
+    vec = TabletopVecEnv(3, image_size=32, max_episode_steps=12)
+    task = task_by_name("red_on_plate").instruction
+    try:
+        with TrajectoryWriter(root / "data", (32, 32), [task], state_dim=25) as w:
+            specs = [EpisodeSpec("red_on_plate", seed=i) for i in range(3)]
+            for ep in rollout_episodes(vec, ScriptedExpert(noise_std=0.3), specs):
+                w.add(ep)
+    finally:
+        vec.close()
+    return root
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("train_world_model",
+                                                  ROOT / "scripts" / "train_world_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_reward_frames_from_trajectories(tiny_data):
+    frames, labels, ids, tasks = reward_frames_from_trajectories(tiny_data / "data")
+    assert frames.shape == (3 * 13, 32, 32, 3) and frames.dtype == np.uint8
+    assert labels.shape == ids.shape == (39,) and tasks == ["put the red block on the green plate"]
+    f2, l2, _, _ = reward_frames_from_trajectories([tiny_data / "data"], negative_stride=4)
+    # every success frame kept, every 4th failure frame of each episode (ceil(13 / 4) = 4)
+    assert l2.sum() == labels.sum() and len(f2) == 3 * 4
+    with pytest.raises(ValueError, match="no episodes"):
+        reward_frames_from_trajectories(tiny_data / "data", tasks=["red_left"])
+
+
+def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
+    from wmrl.envs.wan_env import WanWorldModelEnv
+    from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier, save_checkpoint
+
+    reward_dir = tmp_path / "reward"
+    rcfg = {"widths": [4, 4, 4, 4], "blocks_per_stage": 1, "image_size": [32, 32]}
+    save_checkpoint(build_classifier("resnet", rcfg), {"arch": "resnet", **rcfg}, reward_dir)
+
+    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/train_world_model.yaml"))
+    data = str(tiny_data / "data")
+    cfg.update(train_dirs=[data], val_dirs=[data], out_dir=str(tmp_path / "wm"), threads=1)
+    cfg["model"].update(height=32, width=32)  # the shipped VAE layout, a 1-layer 16-wide DiT
+    cfg["model"]["transformer"].update(attention_head_dim=8, ffn_dim=16, num_layers=1)
+    cfg["vae_train"].update(steps=20, batch_size=2, lr=3e-3, log_every=0)
+    cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup=2, log_every=0)
+    cfg["eval"].update(max_clips=4, reward_checkpoint=str(reward_dir), replay_episodes=3,
+                       max_episode_steps=16)
+    cfg["initial_states"].update(out_dir=str(tmp_path / "init"), tasks=["red_on_plate"],
+                                 num_states=2)
+    m = _load_script().run(cfg, log=None)
+
+    assert m["train_episodes"] == 3 and m["train_clips"] == 6  # 12 steps -> chunks at 0, 8
+    assert m["vae_loss_last"] < m["vae_loss_first"]
+    assert m["dit_loss_last"] < m["dit_loss_first"]
+    for k in ("vae_psnr", "next_chunk_psnr", "next_chunk_copy_psnr", "next_chunk_ssim"):
+        assert math.isfinite(m[k])
+    assert m["replay_episodes"] == 3 and 0 <= m["replay_agreement"] <= 1
+    assert m["replay_tp"] + m["replay_tn"] + m["replay_fp"] + m["replay_fn"] == 3
+    assert json.loads((tmp_path / "wm" / "metrics.json").read_text())["train_clips"] == 6
+
+    env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
+                           ResNetSuccessReward(checkpoint=str(reward_dir)),
+                           str(tmp_path / "init"), num_envs=2, group_size=1)
+    obs = env.reset(state_ids=[0, 1])
+    assert obs["task"] == ["put the red block on the green plate"] * 2
+    obs, rew, term, trunc, info = env.chunk_step(torch.zeros(2, 8, 7))
+    assert obs["image"].shape == (2, 32, 32, 3) and rew.shape == (2, 8)
+    # the initial states are the simulator's eval scenes
+    from wmrl.sim.tabletop import initial_frames
+
+    frames, _ = initial_frames("red_on_plate", 2, seed=0, image_size=32)
+    assert torch.equal(env.states.frames, torch.from_numpy(frames))

@@ -1,0 +1,376 @@
+"""Train the action-conditioned Wan world model on simulator trajectories.
+
+Clips are built exactly as ``WanWorldModelEnv.chunk_step`` builds its model input, so the
+model is trained on the distribution it is run on. For a chunk that starts after ``s``
+executed actions (``s`` a multiple of the chunk, 8, counted from the episode start):
+
+    frames  [13] = [f_0 ; f_{s-3}, f_{s-2}, f_{s-1}, f_s ; f_{s+1} .. f_{s+8}]
+    actions [13] = [r ; a_{s-4}, a_{s-3}, a_{s-2}, a_{s-1} ; a_s .. a_{s+7}]
+
+f_t is the observation after t actions (f_0 the initial image, the env's fixed anchor), a_t
+the action taken in f_t, so every frame is paired with the action that produced it; r =
+(0, .., 0, -1) is the reset action (gripper open). At s = 0 the 4 condition frames are copies
+of f_0 with reset actions, as after ``env.reset()`` (no KIR). A chunk that runs past the end
+of an episode repeats the last frame with a hold action (zero motion, last gripper command).
+
+Stages: (1) the VAE (``AutoencoderKLWan``) is fitted on clips with
+L = |x - x'|_1 + |x - x'|^2 + kl_weight * KL(q(z|x) || N(0, I)), then frozen, and its latent
+per-channel mean/std is written into its config (the model normalises latents with them);
+(2) the clips are encoded once (posterior mean) and the transformer + action modules are
+fitted with ``ActionWanModel.training_loss`` (flow matching on the 2 new latent frames).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl.sim.dataset import TrajectoryDataset
+from wmrl.world_model.action_wan import ActionWanModel
+from wmrl.world_model.metrics import psnr, ssim, u8_video_to_unit
+
+CONDITION_FRAMES = 5
+CHUNK = 8
+RESET_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float32)
+
+
+def build_clip(frames: np.ndarray, actions: np.ndarray, start: int,
+               condition_frames: int = CONDITION_FRAMES,
+               chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """One training clip (see module docstring): (uint8 [cf + chunk, H, W, 3],
+    float32 [cf + chunk, 7]) for the chunk starting after ``start`` actions."""
+    t_len = actions.shape[0]
+    if frames.shape[0] != t_len + 1:
+        raise ValueError(f"episode needs T+1 frames for T actions, got {frames.shape[0]} "
+                         f"frames and {t_len} actions")
+    if not 0 <= start < max(t_len, 1):
+        raise ValueError(f"chunk start {start} outside the episode (T={t_len})")
+    k = condition_frames - 1
+    f_idx, acts = [0], [RESET_ACTION]
+    for j in range(k):
+        f = start - k + 1 + j
+        f_idx.append(max(f, 0))
+        acts.append(actions[f - 1] if f >= 1 else RESET_ACTION)
+    hold = RESET_ACTION.copy()
+    if t_len:
+        hold[6] = actions[-1, 6]
+    for i in range(chunk):
+        t = start + i
+        f_idx.append(min(t + 1, t_len))
+        acts.append(actions[t] if t < t_len else hold)
+    return frames[f_idx], np.stack(acts).astype(np.float32)
+
+
+@dataclass
+class ClipSet:
+    """Clips of every chunk of every episode, held in memory."""
+
+    frames: torch.Tensor  # uint8 [N, 13, H, W, 3]
+    actions: torch.Tensor  # float32 [N, 13, 7]
+    episode: torch.Tensor  # int64 [N]: index of the source episode in load order
+    start: torch.Tensor  # int64 [N]: chunk start (executed actions before it)
+
+    def __len__(self) -> int:
+        return self.frames.shape[0]
+
+    def video(self, idx) -> torch.Tensor:
+        """float [B, 3, 13, H, W] in [-1, 1] (the env's uint8 -> unit mapping)."""
+        return self.frames[idx].float().div(127.5).sub(1.0).permute(0, 4, 1, 2, 3)
+
+
+def load_episodes(dirs: Sequence[str | Path], tasks: Sequence[str] | None = None,
+                  max_episodes: int | None = None) -> list:
+    """Episodes of the trajectory datasets ``dirs`` (optionally only ``tasks``: names or
+    instructions) in order."""
+    from wmrl.sim.tabletop import task_by_name
+
+    want = None if not tasks else {task_by_name(t).instruction for t in tasks}
+    eps = []
+    for d in dirs:
+        ds = TrajectoryDataset(d)
+        for ep in ds:
+            if want is None or ep.task in want:
+                eps.append(ep)
+                if max_episodes is not None and len(eps) >= max_episodes:
+                    return eps
+    if not eps:
+        raise ValueError(f"no episodes for tasks {tasks} in {list(dirs)}")
+    return eps
+
+
+def build_clips(episodes: Sequence, condition_frames: int = CONDITION_FRAMES,
+                chunk: int = CHUNK) -> ClipSet:
+    frames, actions, ep_ids, starts = [], [], [], []
+    for e, ep in enumerate(episodes):
+        for s in range(0, max(len(ep), 1), chunk):
+            f, a = build_clip(ep.frames, ep.actions, s, condition_frames, chunk)
+            frames.append(f)
+            actions.append(a)
+            ep_ids.append(e)
+            starts.append(s)
+    return ClipSet(torch.from_numpy(np.stack(frames)), torch.from_numpy(np.stack(actions)),
+                   torch.tensor(ep_ids), torch.tensor(starts))
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    """Linear warm-up then cosine decay to 10% of ``lr``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = (step - warmup) / max(steps - warmup, 1)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def _log(msg: str, log: Callable[[str], None] | None) -> None:
+    if log is not None:
+        log(msg)
+
+
+# ---------------------------------------------------------------------------- VAE
+def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 1e-3,
+              kl_weight: float = 1e-6, seed: int = 0, log_every: int = 50,
+              log: Callable[[str], None] | None = print, clip_frames: int = 5,
+              foreground_weight: float = 0.0, max_seconds: float | None = None) -> list[float]:
+    """Fit ``vae`` on clips; returns the loss per step. Loss: L1 + MSE on [-1, 1] pixels +
+    kl_weight * KL (mean over latent elements). With ``foreground_weight`` = lambda the
+    pixel loss is a weighted mean with w = 1 + lambda * 1[|x - bg| > 0.1] (bg: the per-pixel
+    median of initial frames, i.e. the static table), so the few pixels of the hand and the
+    blocks are not drowned by the background. ``clip_frames`` = 1 + 4k < 13 trains on the
+    anchor + k random consecutive 4-frame groups of each clip (cheaper; the causal encoder
+    sees the same anchor-then-jump structure as in the env). ``max_seconds`` stops early."""
+    if steps <= 0:
+        return []
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    vae.train().requires_grad_(True)
+    bg = None
+    if foreground_weight > 0:
+        sub = clips.frames[torch.randperm(len(clips), generator=gen)[:256], 0]
+        bg = sub.float().div(127.5).sub(1.0).median(0).values.permute(2, 0, 1)[:, None]
+    losses = []
+    t0 = time.time()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, steps, lr, max(1, steps // 20))
+        idx = torch.randint(len(clips), (batch_size,), generator=gen)
+        x = clips.video(idx)
+        groups = (clip_frames - 1) // 4
+        if groups < (x.shape[2] - 1) // 4:
+            g = int(torch.randint((x.shape[2] - 1) // 4 - groups + 1, (1,), generator=gen))
+            x = torch.cat([x[:, :, :1], x[:, :, 1 + 4 * g : 1 + 4 * (g + groups)]], 2)
+        post = vae.encode(x).latent_dist
+        z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen)
+        rec = vae.decode(z).sample
+        kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
+        d = rec - x
+        if bg is None:
+            loss = d.abs().mean() + d.pow(2).mean() + kl_weight * kl
+        else:
+            fg = ((x - bg).abs().amax(1, keepdim=True) > 0.1).float()
+            w = 1.0 + foreground_weight * fg
+            loss = (w * (d.abs() + d.pow(2))).mean() / w.mean() + kl_weight * kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            _log(f"vae step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
+                 f"kl {float(kl):.2f} ({time.time() - t0:.0f}s)", log)
+        if max_seconds is not None and time.time() - t0 > max_seconds:
+            _log(f"vae: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
+            break
+    vae.eval().requires_grad_(False)
+    return losses
+
+
+@torch.no_grad()
+def set_latent_stats(vae, clips: ClipSet, max_clips: int = 256, batch_size: int = 32) -> None:
+    """Write the per-channel mean/std of the posterior mean over ``clips`` into the VAE config
+    (``latents_mean`` / ``latents_std``), so normalised latents are ~N(0, 1) per channel."""
+    n = min(len(clips), max_clips)
+    mus = [vae.encode(clips.video(torch.arange(i, min(i + batch_size, n)))).latent_dist.mode()
+           for i in range(0, n, batch_size)]
+    mu = torch.cat(mus).transpose(0, 1).flatten(1)
+    vae.register_to_config(latents_mean=mu.mean(1).tolist(),
+                           latents_std=mu.std(1).clamp_min(1e-3).tolist())
+
+
+def refresh_latent_buffers(model: ActionWanModel) -> None:
+    """Copy the VAE config's latents_mean / latents_std into the model's normalisation
+    buffers (they are read from the config only when the model is built)."""
+    shape = model.latents_mean.shape
+    model.latents_mean.copy_(torch.tensor(model.vae.config.latents_mean).view(shape))
+    model.latents_std.copy_(torch.tensor(model.vae.config.latents_std).view(shape))
+
+
+# ---------------------------------------------------------------------------- transformer
+@torch.no_grad()
+def encode_clips(model: ActionWanModel, clips: ClipSet, batch_size: int = 32) -> torch.Tensor:
+    """Normalised posterior-mean latents of every clip, float32 [N, C, 4, h, w]."""
+    out = [model.encode(clips.video(torch.arange(i, min(i + batch_size, len(clips)))))
+           for i in range(0, len(clips), batch_size)]
+    return torch.cat(out)
+
+
+def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: torch.Tensor,
+                      steps: int, batch_size: int = 32, lr: float = 1e-3,
+                      weight_decay: float = 0.01, context_noise_sigma: float = 0.0,
+                      warmup: int = 100, seed: int = 0, log_every: int = 100,
+                      log: Callable[[str], None] | None = print,
+                      max_seconds: float | None = None) -> list[float]:
+    """Fit transformer + action modules (the VAE stays frozen) with flow matching on cached
+    latents [N, C, T_lat, h, w] and clip actions [N, 13, 7]; returns the loss per step.
+    ``max_seconds`` stops early (wall-time cap)."""
+    if steps <= 0:
+        return []
+    if latents.shape[0] != actions.shape[0]:
+        raise ValueError(f"{latents.shape[0]} latent clips but {actions.shape[0]} action clips")
+    gen = torch.Generator().manual_seed(seed)
+    model.vae.requires_grad_(False)
+    params = [*model.transformer.parameters(), *model.action.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
+    model.transformer.train()
+    model.action.train()
+    n_cond = model.latent_frames(CONDITION_FRAMES)
+    losses = []
+    t0 = time.time()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, steps, lr, warmup)
+        idx = torch.randint(latents.shape[0], (batch_size,), generator=gen)
+        loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
+                                   context_noise_sigma=context_noise_sigma)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            _log(f"dit step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
+                 f"({time.time() - t0:.0f}s)", log)
+        if max_seconds is not None and time.time() - t0 > max_seconds:
+            _log(f"dit: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
+            break
+    model.eval().requires_grad_(False)
+    return losses
+
+
+# ---------------------------------------------------------------------------- evaluation
+@torch.no_grad()
+def vae_quality(model: ActionWanModel, clips: ClipSet, max_clips: int = 64,
+                batch_size: int = 16) -> dict[str, float]:
+    """PSNR / SSIM of VAE reconstructions (uint8-rounded, as the env sees them)."""
+    from wmrl.envs.wan_env import unit_to_u8_torch
+
+    n = min(len(clips), max_clips)
+    ps, ss = [], []
+    for i in range(0, n, batch_size):
+        idx = torch.arange(i, min(i + batch_size, n))
+        rec = unit_to_u8_torch(model.decode(model.encode(clips.video(idx)))).permute(0, 2, 3, 4, 1)
+        a, b = u8_video_to_unit(rec), u8_video_to_unit(clips.frames[idx])
+        ps.append(psnr(a, b).flatten())
+        ss.append(ssim(a, b).flatten())
+    return {"vae_psnr": float(torch.cat(ps).mean()), "vae_ssim": float(torch.cat(ss).mean())}
+
+
+@torch.no_grad()
+def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_steps: int = 5,
+                       max_clips: int = 128, batch_size: int = 32,
+                       seed: int = 0) -> dict[str, float]:
+    """Teacher-forced one-chunk prediction on held-out clips: generate the 8 new frames from
+    the ground-truth condition frames and actions; PSNR / SSIM against the true frames, and
+    the copy-last-condition-frame baseline on the same clips."""
+    from wmrl.envs.wan_env import unit_to_u8_torch
+
+    gen = torch.Generator().manual_seed(seed)
+    n = min(len(clips), max_clips)
+    n_cond = model.latent_frames(CONDITION_FRAMES)
+    res: dict[str, list] = {"psnr": [], "ssim": [], "copy_psnr": [], "copy_ssim": []}
+    for i in range(0, n, batch_size):
+        idx = torch.arange(i, min(i + batch_size, n))
+        z = model.encode(clips.video(idx))
+        cond = z[:, :, :n_cond]
+        noise = torch.randn(z[:, :, n_cond:].shape, generator=gen)
+        new = model.generate(cond, clips.actions[idx], noise, num_inference_steps)
+        video = model.decode(torch.cat([cond, new], 2))[:, :, CONDITION_FRAMES:]
+        pred = u8_video_to_unit(unit_to_u8_torch(video).permute(0, 2, 3, 4, 1))
+        true = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES:])
+        copy = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES - 1 : CONDITION_FRAMES])
+        copy = copy.expand_as(true)
+        res["psnr"].append(psnr(pred, true).flatten())
+        res["ssim"].append(ssim(pred, true).flatten())
+        res["copy_psnr"].append(psnr(copy, true).flatten())
+        res["copy_ssim"].append(ssim(copy, true).flatten())
+    return {f"next_chunk_{k}": float(torch.cat(v).mean()) for k, v in res.items()}
+
+
+@torch.no_grad()
+def replay_agreement(env_factory: Callable[[int, object], object], episodes: Sequence,
+                     chunk: int = CHUNK, max_chunks: int | None = None) -> dict:
+    """Open-loop replay: each held-out episode's actions, chunk by chunk, through a
+    ``WanWorldModelEnv`` started from the episode's first frame; the world model's success
+    (learned reward on imagined frames) vs the simulator's (the episode's privileged label
+    over the same actions). ``env_factory(num_envs, initial_states)`` builds the env."""
+    from wmrl.envs.initial_states import InitialStates
+
+    b = len(episodes)
+    frames = torch.from_numpy(np.stack([ep.frames[0] for ep in episodes]))
+    tasks = [ep.task for ep in episodes]
+    uniq = list(dict.fromkeys(tasks))
+    states = InitialStates(frames, tasks, torch.tensor([uniq.index(t) for t in tasks]))
+    env = env_factory(b, states)
+    env.reset(state_ids=torch.arange(b))
+    n_chunks = max(math.ceil(len(ep) / chunk) for ep in episodes)
+    if max_chunks is not None:
+        n_chunks = min(n_chunks, max_chunks)
+    t0 = time.perf_counter()
+    for c in range(n_chunks):
+        acts = np.stack([chunk_actions(ep, c, chunk) for ep in episodes])
+        _, _, _, _, info = env.chunk_step(torch.from_numpy(acts))
+        if bool(env._done.all()):
+            break
+    wall = time.perf_counter() - t0
+    wm = info["success"].cpu().numpy().astype(bool)
+    sim = np.array([ep.success_labels[: n_chunks * chunk + 1].any() for ep in episodes])
+    tp, tn = int((wm & sim).sum()), int((~wm & ~sim).sum())
+    fp, fn = int((wm & ~sim).sum()), int((~wm & sim).sum())
+    return {"replay_episodes": b, "replay_agreement": (tp + tn) / b,
+            "replay_wm_success": float(wm.mean()), "replay_sim_success": float(sim.mean()),
+            "replay_tp": tp, "replay_tn": tn, "replay_fp": fp, "replay_fn": fn,
+            "replay_seconds": wall}
+
+
+def chunk_actions(ep, c: int, chunk: int = CHUNK) -> np.ndarray:
+    """Actions of chunk ``c`` of an episode, float32 [chunk, 7], padded past its end with the
+    hold action (zero motion, last gripper command)."""
+    a = ep.actions[c * chunk : (c + 1) * chunk]
+    hold = RESET_ACTION.copy()
+    if len(ep):
+        hold[6] = ep.actions[-1, 6]
+    pad = np.tile(hold, (chunk - len(a), 1))
+    return np.concatenate([a, pad]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- initial states
+def write_sim_initial_states(out_dir: str | Path, tasks: Sequence[str], num_states: int,
+                             eval_seed: int = 0, image_size: int | Sequence[int] = 64) -> Path:
+    """The simulator's fixed evaluation scenes (states 0..n-1 of each task at ``eval_seed``)
+    as world-model initial states: RL in the world model starts where evaluation starts."""
+    from wmrl.envs.initial_states import write_initial_states
+    from wmrl.sim.tabletop import initial_frames
+
+    size = tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size)
+    frames, texts = [], []
+    for task in tasks:
+        f, t = initial_frames(task, num_states, seed=eval_seed, image_size=size)
+        frames.append(f)
+        texts += t
+    return write_initial_states(out_dir, np.concatenate(frames), texts)
