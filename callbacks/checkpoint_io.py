@@ -27,5 +27,5 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
-        return torch.load(os.fspath(path), map_location=map_location or "cpu",
-                          weights_only=True)
+        where = map_location or "cpu"
+        return torch.load(os.fspath(path), map_location=where, weights_only=True)

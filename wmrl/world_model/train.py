@@ -174,19 +174,32 @@ def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 
             fg = ((x - bg).abs().amax(1, keepdim=True) > 0.1).float()
             w = 1.0 + foreground_weight * fg
             loss = (w * (d.abs() + d.pow(2))).mean() / w.mean() + kl_weight * kl
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if log_every and (step + 1) % log_every == 0:
-            _log(f"vae step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
-                 f"kl {float(kl):.2f} ({time.time() - t0:.0f}s)", log)
-        if max_seconds is not None and time.time() - t0 > max_seconds:
-            _log(f"vae: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
+        losses.append(_optimizer_step(opt, loss, vae.parameters()))
+        if _progress("vae", step, steps, losses, log_every, t0, max_seconds, log,
+                     f"kl {float(kl):.2f} "):
             break
     vae.eval().requires_grad_(False)
     return losses
+
+
+def _optimizer_step(opt, loss: torch.Tensor, params) -> float:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(params), 1.0)
+    opt.step()
+    return loss.item()
+
+
+def _progress(name: str, step: int, steps: int, losses: list[float], log_every: int,
+              t0: float, max_seconds: float | None, log, extra: str = "") -> bool:
+    """Log every ``log_every`` steps; True when the wall-time cap says stop."""
+    if log_every and (step + 1) % log_every == 0:
+        _log(f"{name} step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
+             f"{extra}({time.time() - t0:.0f}s)", log)
+    if max_seconds is not None and time.time() - t0 > max_seconds:
+        _log(f"{name}: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
+        return True
+    return False
 
 
 @torch.no_grad()
@@ -248,16 +261,8 @@ def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: tor
         idx = torch.randint(latents.shape[0], (batch_size,), generator=gen)
         loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
                                    context_noise_sigma=context_noise_sigma)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if log_every and (step + 1) % log_every == 0:
-            _log(f"dit step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
-                 f"({time.time() - t0:.0f}s)", log)
-        if max_seconds is not None and time.time() - t0 > max_seconds:
-            _log(f"dit: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
+        losses.append(_optimizer_step(opt, loss, params))
+        if _progress("dit", step, steps, losses, log_every, t0, max_seconds, log):
             break
     model.eval().requires_grad_(False)
     return losses
