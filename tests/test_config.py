@@ -1,0 +1,44 @@
+"""The shipped Hydra configs compose, validate and name bad keys."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from conftest import CONF_DIR
+from wmrl.config import ConfigError, validate
+
+
+def fit_cfg(*overrides):
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        return compose("fit", overrides=["run_dir=/tmp/wmrl-test", *overrides])
+
+
+def test_default_config_composes_and_validates():
+    cfg = fit_cfg()
+    validate(cfg)
+    assert cfg.policy._target_ == "wmrl.policies.openvla_oft.build_policy"
+    assert cfg.world_model._target_ == "wmrl.envs.wan_env.WanWorldModelEnv"
+    # the env scores frames with the selected reward group
+    assert OmegaConf.to_container(cfg.world_model, resolve=True)["reward"]["_target_"] == \
+        cfg.reward._target_
+    assert cfg.rollout.num_envs % cfg.rollout.group_size == 0
+
+
+@pytest.mark.parametrize("experiment", ["tabletop"])
+def test_experiments_compose(experiment):
+    cfg = fit_cfg(f"experiment={experiment}")
+    validate(cfg)
+    assert cfg.policy.pretrained_path.endswith("assets/policy")
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigCompositionException, match="rollout.num_env"):
+        fit_cfg("rollout.num_env=8")
+
+
+def test_hybrid_needs_stages():
+    with pytest.raises(ConfigError, match="pipeline_stages >= 2"):
+        validate(fit_cfg("rollout.placement=hybrid"))
+    with pytest.raises(ConfigError, match="pipeline_stages=3"):
+        validate(fit_cfg("rollout.placement=hybrid", "rollout.pipeline_stages=3"))
