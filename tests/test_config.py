@@ -1,11 +1,11 @@
 """The shipped Hydra configs compose, validate and name bad keys."""
 
 import pytest
+from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR
 from wmrl.config import ConfigError, validate
 
 
