@@ -27,7 +27,7 @@ def toy_cfg(tmp_path, **over):
                     "placement": "disaggregated", "pipeline_stages": 1,
                     "num_env_workers": 2, "num_rollout_workers": 1, "worker_cpus": 0.5,
                     "worker_threads": 1, "ray_address": None, "ray_num_cpus": None,
-                    "weight_sync": {"bucket_mb": 1, "delta": True}},
+                    "weight_sync": {"bucket_mb": 1, "delta": True, "zero_copy": True}},
         "algorithm": {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
                       "grad_clip": 10.0, "clip_low": 0.2, "clip_high": 0.28,
                       "dual_clip": None, "aggregation": "traj-mean",
