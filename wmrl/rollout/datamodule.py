@@ -161,9 +161,10 @@ class RolloutDataModule(L.LightningDataModule):
         end = time.time()
         self.rollout_step += 1
         records = ray.get([a.pop_step_record.remote() for a in self.plan.actors])
-        busy = [iv for intervals, _ in records for iv in intervals]
-        self.trace_events += [ev for _, events in records for ev in events]
-        self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end)}
+        busy = [iv for intervals, _, _ in records for iv in intervals]
+        self.trace_events += [ev for _, events, _ in records for ev in events]
+        self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end),
+                            "reward_s": sum(r for _, _, r in records)}
         return to_torch_batch(batch)
 
     # ---- weight sync -----------------------------------------------------------------

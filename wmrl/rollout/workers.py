@@ -72,6 +72,7 @@ class RolloutActor:
                                       self.device.type == "cpu") if self.policy else None
         self.last_obs: dict[int, dict] = {}
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
+        self.reward_s = 0.0  # reward-model time inside env steps (envs that report it)
         self.active_role: str | None = None
 
     # ---- roles -------------------------------------------------------------------------
@@ -104,9 +105,12 @@ class RolloutActor:
         """-> (next obs, step record: [B, C] rewards/terminations/truncations, success [B])."""
         t0 = time.time()
         self._switch_to("env")
+        env = self.envs[stage]
+        reward_before = getattr(env, "timings", {}).get("reward", 0.0)
         with Tracer.trace_span("env.chunk_step", stage=stage):
-            obs, rewards, terms, truncs, info = self.envs[stage].chunk_step(
+            obs, rewards, terms, truncs, info = env.chunk_step(
                 torch.from_numpy(np.asarray(actions)))
+        self.reward_s += getattr(env, "timings", {}).get("reward", 0.0) - reward_before
         record = {
             "rewards": torch.as_tensor(rewards, dtype=torch.float32).cpu().numpy(),
             "terminations": torch.as_tensor(terms).bool().cpu().numpy(),
@@ -156,7 +160,9 @@ class RolloutActor:
     def get_state(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in self.policy.state_dict().items()}
 
-    def pop_step_record(self) -> tuple[list[tuple[str, float, float]], list[dict]]:
-        """Once per step: busy intervals (role, start, end) and this process's trace events."""
+    def pop_step_record(self) -> tuple[list[tuple[str, float, float]], list[dict], float]:
+        """Once per step: busy intervals (role, start, end), this process's trace events and
+        the reward model's seconds."""
         busy, self.busy = self.busy, []
-        return busy, Tracer.flush()
+        reward_s, self.reward_s = self.reward_s, 0.0
+        return busy, Tracer.flush(), reward_s
