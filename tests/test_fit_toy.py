@@ -79,6 +79,14 @@ def test_fit_runs_syncs_weights_and_resumes(tmp_path, ray_local):
     for name, value in module.policy.state_dict().items():
         assert torch.equal(torch.from_numpy(probe.state[name]), value), name
     assert module.policy.bias.abs().sum() > 0  # and training did move them
+    import math
+
+    trained = [h for h in module.history if "train/loss" in h]
+    assert trained
+    for h in trained:  # device-side metric sums come back as sane means
+        assert 0.0 <= h["train/clip_fraction"] <= 1.0 and h["train/approx_kl"] >= 0.0
+        assert 0.0 < h["train/entropy"] <= math.log(256) + 1e-4
+        assert h["train/ratio_max"] >= 1.0 - 1e-6 and h["train/optimizer_steps"] >= 1
     ckpt = os.path.join(tmp_path, "checkpoints", "last.ckpt")
     assert os.path.exists(ckpt) and not glob.glob(str(tmp_path / "checkpoints" / "*.tmp*"))
     saved = torch.load(ckpt, weights_only=True)

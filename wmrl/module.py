@@ -172,32 +172,36 @@ class GRPOModule(L.LightningModule):
         opt = self.optimizers()
         total = s["tokens"].shape[0]
         step = self.global_batch if self.gradient_accumulation else self.micro_batch
-        per_token: dict[str, float] = {}  # sample-weighted means over all micro-batches
-        per_step = {"loss": 0.0, "grad_norm": 0.0}  # means over optimizer steps
-        ratio_max, samples, steps = 0.0, 0, 0
+        # metrics stay on the device until the end of the update: one host sync, not one
+        # per metric per micro-batch
+        zero = torch.zeros((), device=self.device)
+        token_sums: dict[str, torch.Tensor] = {}  # summed over valid tokens
+        valid, loss_sum, norm_sum, ratio_max, steps = zero, zero, zero, zero, 0
         for _ in range(self.update_epochs):
             order = torch.randperm(total, generator=self.shuffle)
             for mb in torch.tensor_split(order, max(1, math.ceil(total / step))):
                 scale = total / len(mb)  # mini-batch loss estimates the full-batch loss
                 for micro in torch.split(mb, self.micro_batch):
                     with Tracer.trace_span("trainer.micro_batch", size=len(micro)):
-                        loss, m = self._micro_loss(s, micro, scale)
+                        loss, m, n_valid = self._micro_loss(s, micro, scale)
                         self.manual_backward(loss)
-                    per_step["loss"] += loss.item()
-                    ratio_max = max(ratio_max, m.pop("ratio_max"))
+                    loss_sum = loss_sum + loss.detach()
+                    ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
                     for key, v in m.items():
-                        per_token[key] = per_token.get(key, 0.0) + v * len(micro)
-                    samples += len(micro)
+                        token_sums[key] = token_sums.get(key, zero) + v * n_valid
+                    valid = valid + n_valid
                 with Tracer.trace_span("trainer.optimizer_step"):
-                    per_step["grad_norm"] += self._clip_and_step(opt)
+                    norm_sum = norm_sum + self._clip_and_step(opt)
                 steps += 1
-        out = {f"train/{k}": v / samples for k, v in per_token.items()}
-        out.update({f"train/{k}": v / steps for k, v in per_step.items()})
-        out["train/ratio_max"] = ratio_max
+        names = list(token_sums) + ["loss", "grad_norm", "ratio_max"]
+        values = torch.stack([v / valid.clamp(min=1) for v in token_sums.values()]
+                             + [loss_sum / steps, norm_sum / steps, ratio_max]).tolist()
+        out = {f"train/{k}": v for k, v in zip(names, values)}
         out["train/optimizer_steps"] = float(steps)
         return out
 
     def _micro_loss(self, s: dict[str, Any], idx: torch.Tensor, scale: float):
+        """-> (loss, metrics as 0-d device tensors, number of valid tokens)."""
         dev = self.device
         obs = {"image": s["image"][idx].to(dev), "task": [s["task"][i] for i in idx.tolist()]}
         tokens = s["tokens"][idx].to(dev)
@@ -209,20 +213,21 @@ class GRPOModule(L.LightningModule):
             logprobs.float(), s["old_logprobs"][idx].to(dev), s["advantages"][idx].to(dev),
             mask, weights=weights * scale, **self.loss_args,
         )
-        m = {k: v.item() for k, v in m.items()}
-        m["entropy"] = entropy.float()[mask].mean().item() if mask.any() else 0.0
-        return loss, m
+        n_valid = mask.sum().float()
+        m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
+        return loss, m, n_valid
 
-    def _clip_and_step(self, opt: Any) -> float:
+    def _clip_and_step(self, opt: Any) -> torch.Tensor:
+        """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor."""
         params = [p for p in self.policy.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if params else None
         opt.step()
         opt.zero_grad(set_to_none=True)
         if norm is None:
-            return 0.0
+            return torch.zeros((), device=self.device)
         if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
             norm = norm.full_tensor()
-        return float(norm)
+        return norm.detach().float()
 
     # ---- checkpoint extras -----------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

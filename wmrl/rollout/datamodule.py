@@ -8,7 +8,6 @@ optimizer step (the GRPOModule pulls batches itself: no prefetch of stale rollou
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Iterator
 
@@ -21,8 +20,6 @@ from wmrl.config import to_container
 from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
 from wmrl.rollout.weight_sync import WeightSender, push_weights
 from wmrl.rollout.workers import RolloutActor
-
-log = logging.getLogger(__name__)
 
 
 class RolloutDataModule(L.LightningDataModule):
