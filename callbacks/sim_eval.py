@@ -100,7 +100,8 @@ def save_gif(frames: np.ndarray, path: str, fps: int = 10, scale: int = 2) -> st
 
 
 def save_success_plot(history: list[dict], path: str) -> str:
-    """Success (overall and per task) vs training step -> PNG."""
+    """Simulator success (overall and per task) vs training step -> PNG, with the world
+    model's own success (``wm/success``, its rollouts since the previous eval) beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +113,10 @@ def save_success_plot(history: list[dict], path: str) -> str:
     for key in sorted(k for k in history[0] if k.startswith("sim/success_")):
         ax.plot(steps, [h.get(key, np.nan) for h in history], "--", marker=".",
                 label=key.removeprefix("sim/success_"))
-    ax.set(xlabel="training step", ylabel="simulator success", ylim=(-0.02, 1.02))
+    if any("wm/success" in h for h in history):
+        ax.plot(steps, [h.get("wm/success", np.nan) for h in history], ":", color="gray",
+                marker="s", label="world model (its rollouts)")
+    ax.set(xlabel="training step", ylabel="success", ylim=(-0.02, 1.02))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -121,6 +125,16 @@ def save_success_plot(history: list[dict], path: str) -> str:
     plt.close(fig)
     os.replace(tmp, path)
     return path
+
+
+def world_model_success(pl_module: L.LightningModule, last_steps: int) -> float | None:
+    """Mean ``rollout/success`` (the world model + reward's verdict on the policy's rollouts)
+    over the module's last ``last_steps`` training steps; None without such history."""
+    hist = [m["rollout/success"] for m in getattr(pl_module, "history", [])
+            if "rollout/success" in m]
+    if last_steps <= 0 or not hist:
+        return None
+    return float(np.mean(hist[-last_steps:]))
 
 
 class SimEvalCallback(L.Callback):
@@ -170,6 +184,10 @@ class SimEvalCallback(L.Callback):
         self._last_step = step
         res = evaluate_policy(pl_module.policy, **self.eval_kwargs)
         row = {"step": step, **res.metrics(), "sim/eval_seconds": res.seconds}
+        wm = world_model_success(pl_module, step - (self.history[-1]["step"] if self.history
+                                                    else 0))
+        if wm is not None:
+            row["wm/success"] = wm
         self.history.append(row)
         out = self._out_dir(trainer)
         os.makedirs(out, exist_ok=True)
@@ -184,7 +202,9 @@ class SimEvalCallback(L.Callback):
         self._log_media(trainer, step, paths, plot)
         print(f"[sim eval] step {step}: success {res.overall:.3f} "
               + " ".join(f"{k} {v:.2f}" for k, v in res.success.items())
-              + f" ({res.episodes} episodes, {res.seconds:.0f} s)", flush=True)
+              + f" ({res.episodes} episodes, {res.seconds:.0f} s)"
+              + ("" if wm is None else f" | world model's success since last eval {wm:.3f}"),
+              flush=True)
 
     def _out_dir(self, trainer: L.Trainer) -> str:
         if self.out_dir:

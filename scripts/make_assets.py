@@ -2,17 +2,20 @@
 
 1. simulator data: expert rollouts of the tabletop task at four noise levels (successes and
    failures) + held-out sets, and clean demos for behaviour cloning;
-2. the world model (VAE, then the action-conditioned transformer) + the initial states
-   (the simulator's fixed evaluation scenes);
-3. the reward classifier (simulator frames, plus the same frames through the world model's
-   VAE so it also fires on imagined frames);
-4. the world model's replay check against the simulator with that reward;
-5. the SFT base policy, checked in the simulator.
+2. the SFT base policy (behaviour cloning on the demos), checked in the simulator;
+3. that policy's own simulator rollouts (random scenes for training, the fixed evaluation
+   scenes held out): the world model and the reward must be right where RL starts;
+4. the world model (VAE, then the action-conditioned transformer) on expert + policy data, and
+   the initial states (the simulator's fixed evaluation scenes);
+5. the reward classifier on simulator frames and their VAE reconstructions (so it also fires
+   on the world model's blurrier frames), labelled by the simulator;
+6. the world model's replay check against the simulator with that reward, on the policy's
+   held-out rollouts from the evaluation scenes.
 
     python scripts/make_assets.py [--data DIR] [--assets DIR] [--tasks red_on_plate]
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); about 30-40 minutes on 2 cores. Each output directory is written
+hyper-parameters); about 60 minutes on 2 cores. Each output directory is written
 atomically by its script, so an interrupted run leaves the previous assets in place.
 """
 
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--assets", default=str(ROOT / "wmrl" / "assets"), help="output dir")
     p.add_argument("--tasks", default="red_on_plate", help="comma-separated task names")
     p.add_argument("--episodes", type=int, default=120, help="train episodes per noise level")
+    p.add_argument("--policy-episodes", type=int, default=320,
+                   help="SFT-policy rollouts for the world model and reward")
     args = p.parse_args(argv)
     data, assets = Path(args.data), Path(args.assets)
     tasks = "[" + args.tasks + "]"
@@ -60,6 +65,18 @@ def main(argv: list[str] | None = None) -> None:
     demos = data / "demos"
     run("collect.py", f"collect.out_dir={demos}", f"collect.tasks={tasks}",
         "collect.episodes_per_task=150", "collect.seed=7", "collect.overwrite=true")
+    policy = assets / "policy"
+    run("sft_policy.py", f"data_dir={demos}", f"out_dir={policy}", f"eval.tasks={tasks}")
+
+    policy_cfg = ("collect.policy={_target_: wmrl.policies.openvla_oft.build_policy, "
+                  f"pretrained_path: {policy}, unnorm_key: tabletop}}")
+    for split, n, seed, extra, dirs in (("train", args.policy_episodes, 31, [], train),
+                                        ("val", 256, 0, ["collect.use_eval_states=true"], val)):
+        out = data / f"{split}_policy"
+        run("collect.py", f"collect.out_dir={out}", f"collect.tasks={tasks}",
+            f"collect.episodes_per_task={n}", f"collect.seed={seed}", "collect.num_envs=16",
+            "collect.overwrite=true", policy_cfg, *extra)
+        dirs.append(str(out))
 
     train_list, val_list = "[" + ",".join(train) + "]", "[" + ",".join(val) + "]"
     world_model, reward = assets / "world_model", assets / "reward"
@@ -68,14 +85,13 @@ def main(argv: list[str] | None = None) -> None:
         f"initial_states.out_dir={assets / 'initial_states'}")
     run("train_reward.py", "data_format=trajectories", f"data_dir={train_list}",
         "trajectories.negative_stride=4", f"trajectories.vae_from={world_model}",
-        f"out_dir={reward}", "steps=600")
+        f"out_dir={reward}", "steps=1000")
     replay = data / "world_model_replay"  # re-evaluation only: the world model is unchanged
-    run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs={val_list}",
+    run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs=[{val[-1]}]",
         f"tasks={tasks}", f"init_from={world_model}", "transformer_train.steps=0",
-        f"eval.reward_checkpoint={reward}", f"out_dir={replay}")
+        f"eval.reward_checkpoint={reward}", "eval.replay_episodes=256",
+        f"out_dir={replay}")
     shutil.copy(replay / "metrics.json", world_model / "metrics_replay_reward.json")
-    run("sft_policy.py", f"data_dir={demos}", f"out_dir={assets / 'policy'}",
-        f"eval.tasks={tasks}")
     print(f"\nassets in {assets} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 

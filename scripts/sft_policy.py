@@ -2,7 +2,7 @@
 
     python scripts/collect.py collect.out_dir=/tmp/demos collect.episodes_per_task=150
     python scripts/sft_policy.py data_dir=/tmp/demos [out_dir=...] [steps=3000] \
-        [episodes_per_task=50] [eval.episodes_per_task=70]
+        [episodes_per_task=50] [eval.episodes_per_task=256]
 
 Writes ``out_dir`` in the OpenVLA-OFT layout (``build_policy(pretrained_path=out_dir,
 unnorm_key=<unnorm_key>)`` loads it) plus ``sft_metrics.json`` (training curve, simulator

@@ -82,6 +82,17 @@ def load_trajectory_frames(cfg: dict) -> dict:
 
         frames = np.concatenate([frames, vae_roundtrip(frames, t["vae_from"])])
         labels, task_ids = np.tile(labels, 2), np.tile(task_ids, 2)
+    if t.get("imagined_from"):  # + the world model's open-loop replays, simulator-labelled
+        from wmrl.rewards.data import imagined_frames
+
+        f2, l2, i2, names = imagined_frames(cfg["data_dir"], t["imagined_from"],
+                                            tasks=t.get("tasks"),
+                                            negative_stride=int(t.get("negative_stride", 1)))
+        ids_map = np.array([tasks.index(n) if n in tasks else -1 for n in names])
+        if (ids_map < 0).any():
+            raise ValueError(f"imagined_from: tasks {names} differ from the dataset's {tasks}")
+        frames, labels = np.concatenate([frames, f2]), np.concatenate([labels, l2])
+        task_ids = np.concatenate([task_ids, ids_map[i2]])
     return {"frames": torch.from_numpy(frames), "labels": torch.from_numpy(labels).float(),
             "task_ids": torch.from_numpy(task_ids), "tasks": tasks}
 

@@ -119,6 +119,8 @@ def run(cfg: dict, log=print) -> dict:
         vae_losses = []
     else:
         v = cfg["vae_train"]
+        if v.get("init_from"):  # fine-tune a trained VAE (e.g. on a new camera) instead of fresh
+            model.vae.load_state_dict(ActionWanModel.from_pretrained(v["init_from"]).vae.state_dict())
         t0 = time.time()
         vae_losses = T.train_vae(model.vae, train, int(v["steps"]), int(v["batch_size"]),
                                  float(v["lr"]), float(v["kl_weight"]), int(cfg["seed"]),

@@ -23,13 +23,17 @@ def test_default_config_composes_and_validates():
     assert OmegaConf.to_container(cfg.world_model, resolve=True)["reward"]["_target_"] == \
         cfg.reward._target_
     assert cfg.rollout.num_envs % cfg.rollout.group_size == 0
+    # the default run uses the shipped assets and evaluates in the simulator
+    assert cfg.policy.pretrained_path.endswith("assets/policy")
+    assert cfg.reward.checkpoint.endswith("assets/reward")
+    assert cfg.callbacks.sim_eval.episodes_per_task >= 200
 
 
-@pytest.mark.parametrize("experiment", ["tabletop"])
+@pytest.mark.parametrize("experiment", ["smoke"])
 def test_experiments_compose(experiment):
     cfg = fit_cfg(f"experiment={experiment}")
     validate(cfg)
-    assert cfg.policy.pretrained_path.endswith("assets/policy")
+    assert cfg.policy.pretrained_path is None and cfg.callbacks.sim_eval is None
 
 
 def test_unknown_key_is_named():

@@ -118,8 +118,10 @@ class _PolicyModule(L.LightningModule):
     def __init__(self):
         super().__init__()
         self.policy = tabletop_policy()
+        self.history = []  # like GRPOModule: the world model's success per training step
 
     def training_step(self, batch, batch_idx):
+        self.history.append({"rollout/success": 0.25 * (len(self.history) + 1)})
         obs = {"image": batch[0], "task": ["push the red block to the left"] * len(batch[0])}
         return -self.policy.log_probs(obs, batch[1], 1.0).mean()
 
@@ -144,6 +146,9 @@ def test_sim_eval_callback_logs(tmp_path):
                         enable_checkpointing=False, default_root_dir=str(tmp_path))
     trainer.fit(_PolicyModule())
     assert [h["step"] for h in cb.history] == [0, 1, 2]  # start, every step; end = step 2
+    # the world model's success beside the simulator's: its rollouts since the previous eval
+    assert "wm/success" not in cb.history[0]
+    assert [h["wm/success"] for h in cb.history[1:]] == [0.25, 0.5]
     with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
     keys = {"sim/success", "sim/success_red_on_plate", "sim/success_red_left"}

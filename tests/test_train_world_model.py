@@ -131,17 +131,48 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
         assert math.isfinite(m[k])
     assert m["replay_episodes"] == 3 and 0 <= m["replay_agreement"] <= 1
     assert m["replay_tp"] + m["replay_tn"] + m["replay_fp"] + m["replay_fn"] == 3
+    tpr = m["replay_tp"] / max(m["replay_tp"] + m["replay_fn"], 1)
+    tnr = m["replay_tn"] / max(m["replay_tn"] + m["replay_fp"], 1)
+    assert m["replay_balanced_accuracy"] == pytest.approx(0.5 * (tpr + tnr))
     assert json.loads((tmp_path / "wm" / "metrics.json").read_text())["train_clips"] == 6
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
                            ResNetSuccessReward(checkpoint=str(reward_dir)),
-                           str(tmp_path / "init"), num_envs=2, group_size=1)
+                           str(tmp_path / "init"), num_envs=2, group_size=1,
+                           return_frames=True)
     obs = env.reset(state_ids=[0, 1])
     assert obs["task"] == ["put the red block on the green plate"] * 2
     obs, rew, term, trunc, info = env.chunk_step(torch.zeros(2, 8, 7))
     assert obs["image"].shape == (2, 32, 32, 3) and rew.shape == (2, 8)
+    assert info["frames"].shape == (2, 8, 32, 32, 3)
+    assert torch.equal(info["frames"][:, -1], obs["image"])  # the observation = last new frame
+
     # the initial states are the simulator's eval scenes
     from wmrl.sim.tabletop import initial_frames
 
     frames, _ = initial_frames("red_on_plate", 2, seed=0, image_size=32)
     assert torch.equal(env.states.frames, torch.from_numpy(frames))
+
+    # imagined frames for the reward: one per simulator step 1..12 of each 12-step episode,
+    # labelled with the simulator's label of the same step
+    from wmrl.rewards.data import imagined_frames
+    from wmrl.sim.dataset import TrajectoryDataset
+
+    f, y, ids, names = imagined_frames(data, tmp_path / "wm", batch_size=2)
+    sim = np.concatenate([ep.success_labels[1:] for ep in TrajectoryDataset(data)])
+    assert f.shape == (36, 32, 32, 3) and f.dtype == np.uint8 and ids.tolist() == [0] * 36
+    assert y.tolist() == sim.astype(np.uint8).tolist() and names == obs["task"][:1]
+    # replay of episode 0 through an env: the same frames for its first chunk
+    ep0 = next(iter(TrajectoryDataset(data)))
+    from wmrl.envs.initial_states import InitialStates
+    from wmrl.rewards.data import _NeverSuccess
+    from wmrl.world_model import train as T
+
+    env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
+                           _NeverSuccess(), InitialStates(torch.from_numpy(ep0.frames[:1]),
+                                                          names, torch.zeros(1, dtype=torch.long)),
+                           num_envs=1, max_episode_steps=16, seed=0, return_frames=True)
+    env.reset(state_ids=[0])
+    first = env.chunk_step(torch.from_numpy(T.chunk_actions(ep0, 0))[None])[4]["frames"]
+    # (batch size 2 vs 1: convolutions may round differently, so not bit-exact)
+    assert np.abs(f[:8].astype(int) - first[0].numpy().astype(int)).max() <= 2

@@ -49,13 +49,14 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
     ]
     if cfg.get("tracing", {}).get("enabled", False):
         callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
-    callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values()]
+    callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])
     logger = build(cfg.logger) if cfg.get("logger") else False
     # a strategy config is a `_target_` spec or Lightning's name for one ({strategy: auto})
     strategy = build(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.strategy
+    trainer_kw = {"default_root_dir": cfg.run_dir, **to_container(cfg.trainer)}  # sim_eval/ etc.
     return L.Trainer(strategy=strategy, logger=logger, callbacks=callbacks,
-                     plugins=[AtomicCheckpointIO()], **to_container(cfg.trainer))
+                     plugins=[AtomicCheckpointIO()], **trainer_kw)
 
 
 def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer, GRPOModule]:

@@ -17,6 +17,9 @@ One ``chunk_step(actions [B, 8, 7])``:
   s carried over between chunks (RLinf ``_calc_step_reward``); otherwise the binary per-frame
   success r_t = 1[s_t >= success_threshold] (RLinf returns the reward model's 0/1 output).
 
+``return_frames`` adds info["frames"]: all ``chunk`` new frames, uint8 [B, chunk, H, W, 3]
+(zeros for finished rows), e.g. to label imagined frames (wmrl.rewards.data.imagined_frames).
+
 Finished envs are not generated any more: the model runs only on the active rows, outputs keep
 their [B, ...] shapes (zeros for finished rows, their last frame as observation).
 
@@ -95,6 +98,7 @@ class WanWorldModelEnv:
         width: int | None = None,
         action_dim: int = 7,
         max_regenerations: int = 3,
+        return_frames: bool = False,
         device: str = "cpu",
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
@@ -115,7 +119,7 @@ class WanWorldModelEnv:
         self.fast_path, self.reuse_generated_latents = fast_path, reuse_generated_latents
         self.kir_reset, self.action_dim = kir_reset, action_dim
         self.max_regenerations, self.height, self.width = max_regenerations, height, width
-        self.seed = seed
+        self.seed, self.return_frames = seed, return_frames
 
         r = self.model.temporal_ratio
         if (condition_frames - 1) % r or chunk % r:
@@ -284,6 +288,10 @@ class WanWorldModelEnv:
         terms = torch.zeros(b, c, dtype=torch.bool, device=self.device)
         truncs = torch.zeros(b, c, dtype=torch.bool, device=self.device)
         scores_full = torch.zeros(b, c, device=self.device)
+        chunk_frames = None
+        if self.return_frames:
+            chunk_frames = torch.zeros(b, c, self.height, self.width, 3, dtype=torch.uint8,
+                                       device=self.device)
         active = ~self._done
         rows = active.nonzero().flatten()
         regenerations = 0
@@ -315,6 +323,8 @@ class WanWorldModelEnv:
                 self._obs_image[rows.cpu()] = torch.from_numpy(new_np[:, -1])
                 new_u8 = torch.from_numpy(new_np)
 
+            if chunk_frames is not None:
+                chunk_frames[rows] = new_u8.to(self.device)
             tr = time.perf_counter()
             scores = self._score(new_u8, [self._tasks[i] for i in rows_np.tolist()], rows)
             self.timings["reward"] += time.perf_counter() - tr
@@ -344,6 +354,8 @@ class WanWorldModelEnv:
             "active": active,
             "regenerations": regenerations,
         }
+        if chunk_frames is not None:
+            info["frames"] = chunk_frames
         return self._obs(), rewards, terms, truncs, info
 
     def _score(self, frames: torch.Tensor, tasks: list[str], rows: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,21 @@ def load_tokenizer(path: str):
                for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         raise FileNotFoundError(f"no tokenizer files (tokenizer.json / tokenizer.model) in {path}: "
                                 "copy the checkpoint's tokenizer into that directory")
+    # the tokenizer class named in tokenizer_config.json, loaded directly: AutoTokenizer would
+    # also read config.json, whose model_type "openvla" transformers does not know (it warns)
+    cfg_file = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(cfg_file):
+        import json
+
+        import transformers
+
+        with open(cfg_file) as f:
+            name = json.load(f).get("tokenizer_class")
+        cls = getattr(transformers, name, None) if isinstance(name, str) else None
+        if cls is None and isinstance(name, str) and not name.endswith("Fast"):
+            cls = getattr(transformers, name + "Fast", None)
+        if cls is not None:
+            return cls.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
 
 

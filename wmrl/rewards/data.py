@@ -70,3 +70,78 @@ def vae_roundtrip(frames: np.ndarray, world_model_dir: str | os.PathLike,
             rec = model.decode(model.encode(x))[:, :, 0].permute(0, 2, 3, 1)
             out.append(unit_to_u8_torch(rec).numpy())
     return np.concatenate(out)
+
+
+class _NeverSuccess:
+    """Reward stand-in for :func:`imagined_frames`: scores every frame 0 so no env ends early."""
+
+    def __call__(self, frames, tasks):
+        import torch
+
+        return torch.zeros(frames.shape[:2])
+
+
+def imagined_frames(
+    dataset_dir: str | os.PathLike | Sequence[str | os.PathLike],
+    world_model_dir: str | os.PathLike,
+    tasks: Sequence[str] | None = None,
+    negative_stride: int = 1,
+    batch_size: int = 64,
+    num_inference_steps: int = 5,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Open-loop replays of simulator episodes through the world model, labelled by the
+    simulator: each episode's actions, chunk by chunk, go through a ``WanWorldModelEnv``
+    started from its first frame, and imagined frame t (after action t-1) gets the privileged
+    success label of simulator frame t. Same return layout as
+    :func:`reward_frames_from_trajectories`.
+
+    A reward trained on these learns what the simulator says about the world model's own
+    imagination (drifted, blurred blocks included), so reward(world model(actions)) tracks
+    simulator success on the data's distribution instead of firing on imagined frames that
+    merely look like the success frames it was shown (the false positives a policy learns to
+    exploit)."""
+    import torch
+
+    from wmrl.envs.initial_states import InitialStates
+    from wmrl.envs.wan_env import WanWorldModelEnv
+    from wmrl.sim.tabletop import task_by_name
+    from wmrl.world_model.action_wan import ActionWanModel
+    from wmrl.world_model.train import CHUNK, CONDITION_FRAMES, chunk_actions
+
+    dirs = [dataset_dir] if isinstance(dataset_dir, (str, os.PathLike)) else list(dataset_dir)
+    if negative_stride < 1:
+        raise ValueError(f"negative_stride must be >= 1, got {negative_stride}")
+    want = None if not tasks else [task_by_name(t).instruction for t in tasks]
+    episodes = [ep for d in dirs for ep in TrajectoryDataset(d)
+                if want is None or ep.task in want]
+    if not episodes:
+        raise ValueError(f"no episodes (tasks={tasks}) in {[str(d) for d in dirs]}")
+    names = list(dict.fromkeys(want or [ep.task for ep in episodes]))
+    model = ActionWanModel.from_pretrained(world_model_dir).eval()
+    h, w = episodes[0].frames.shape[1:3]
+    frames, labels, ids = [], [], []
+    for i in range(0, len(episodes), batch_size):
+        eps = episodes[i : i + batch_size]
+        states = InitialStates(torch.from_numpy(np.stack([ep.frames[0] for ep in eps])),
+                               [ep.task for ep in eps], torch.arange(len(eps)))
+        n_chunks = max(-(-len(ep) // CHUNK) for ep in eps)
+        env = WanWorldModelEnv(model, _NeverSuccess(), states, num_envs=len(eps),
+                               chunk=CHUNK, condition_frames=CONDITION_FRAMES,
+                               num_inference_steps=num_inference_steps,
+                               max_episode_steps=n_chunks * CHUNK, seed=seed + i,
+                               height=h, width=w, return_frames=True)
+        env.reset(state_ids=torch.arange(len(eps)))
+        video = []
+        for c in range(n_chunks):
+            acts = np.stack([chunk_actions(ep, c, CHUNK) for ep in eps])
+            video.append(env.chunk_step(torch.from_numpy(acts))[4]["frames"].cpu().numpy())
+        video = np.concatenate(video, 1)  # [b, n_chunks * CHUNK, H, W, 3]: frames 1..
+        for j, ep in enumerate(eps):
+            y = ep.success_labels[1:].astype(bool)  # sim label of frame t, t = 1..T
+            neg = np.flatnonzero(~y)[::negative_stride]
+            keep = np.sort(np.concatenate([np.flatnonzero(y), neg]))
+            frames.append(video[j, keep])
+            labels.append(y[keep].astype(np.uint8))
+            ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
+    return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names

@@ -319,35 +319,46 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
 
 @torch.no_grad()
 def replay_agreement(env_factory: Callable[[int, object], object], episodes: Sequence,
-                     chunk: int = CHUNK, max_chunks: int | None = None) -> dict:
+                     chunk: int = CHUNK, max_chunks: int | None = None,
+                     batch_size: int = 64) -> dict:
     """Open-loop replay: each held-out episode's actions, chunk by chunk, through a
     ``WanWorldModelEnv`` started from the episode's first frame; the world model's success
     (learned reward on imagined frames) vs the simulator's (the episode's privileged label
-    over the same actions). ``env_factory(num_envs, initial_states)`` builds the env."""
+    over the same actions). ``env_factory(num_envs, initial_states)`` builds the env; episodes
+    go through it ``batch_size`` at a time."""
     from wmrl.envs.initial_states import InitialStates
 
-    b = len(episodes)
-    frames = torch.from_numpy(np.stack([ep.frames[0] for ep in episodes]))
-    tasks = [ep.task for ep in episodes]
-    uniq = list(dict.fromkeys(tasks))
-    states = InitialStates(frames, tasks, torch.tensor([uniq.index(t) for t in tasks]))
-    env = env_factory(b, states)
-    env.reset(state_ids=torch.arange(b))
-    n_chunks = max(math.ceil(len(ep) / chunk) for ep in episodes)
-    if max_chunks is not None:
-        n_chunks = min(n_chunks, max_chunks)
-    t0 = time.perf_counter()
-    for c in range(n_chunks):
-        acts = np.stack([chunk_actions(ep, c, chunk) for ep in episodes])
-        _, _, _, _, info = env.chunk_step(torch.from_numpy(acts))
-        if bool(env._done.all()):
-            break
-    wall = time.perf_counter() - t0
-    wm = info["success"].cpu().numpy().astype(bool)
-    sim = np.array([ep.success_labels[: n_chunks * chunk + 1].any() for ep in episodes])
+    wm, sim, wall = [], [], 0.0
+    for i in range(0, len(episodes), batch_size):
+        eps = episodes[i : i + batch_size]
+        b = len(eps)
+        frames = torch.from_numpy(np.stack([ep.frames[0] for ep in eps]))
+        tasks = [ep.task for ep in eps]
+        uniq = list(dict.fromkeys(tasks))
+        states = InitialStates(frames, tasks, torch.tensor([uniq.index(t) for t in tasks]))
+        env = env_factory(b, states)
+        env.reset(state_ids=torch.arange(b))
+        n_chunks = max(math.ceil(len(ep) / chunk) for ep in eps)
+        if max_chunks is not None:
+            n_chunks = min(n_chunks, max_chunks)
+        t0 = time.perf_counter()
+        for c in range(n_chunks):
+            acts = np.stack([chunk_actions(ep, c, chunk) for ep in eps])
+            _, _, _, _, info = env.chunk_step(torch.from_numpy(acts))
+            if bool(env._done.all()):
+                break
+        wall += time.perf_counter() - t0
+        wm.append(info["success"].cpu().numpy().astype(bool))
+        sim.append(np.array([ep.success_labels[: n_chunks * chunk + 1].any() for ep in eps]))
+    wm, sim = np.concatenate(wm), np.concatenate(sim)
+    b = len(wm)
     tp, tn = int((wm & sim).sum()), int((~wm & ~sim).sum())
     fp, fn = int((wm & ~sim).sum()), int((~wm & sim).sum())
+    # balanced accuracy: 0.5 = the imagined outcome says nothing about the simulator's
+    # (agreement alone looks fine when nearly every episode fails)
+    tpr, tnr = tp / max(tp + fn, 1), tn / max(tn + fp, 1)
     return {"replay_episodes": b, "replay_agreement": (tp + tn) / b,
+            "replay_balanced_accuracy": 0.5 * (tpr + tnr),
             "replay_wm_success": float(wm.mean()), "replay_sim_success": float(sim.mean()),
             "replay_tp": tp, "replay_tn": tn, "replay_fp": fp, "replay_fn": fn,
             "replay_seconds": wall}
