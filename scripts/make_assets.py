@@ -15,7 +15,8 @@
     python scripts/make_assets.py [--data DIR] [--assets DIR] [--tasks red_on_plate]
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); about 60 minutes on 2 cores. Each output directory is written
+hyper-parameters); ~75 minutes on 2 cores by the stage timings (not yet run in one go).
+Each output directory is written
 atomically by its script, so an interrupted run leaves the previous assets in place.
 """
 

@@ -195,6 +195,15 @@ def test_save_load_round_trip(tmp_path, policy):
     a = policy.sample(obs, 1.6, generator=torch.Generator().manual_seed(5))
     b = loaded.sample(obs, 1.6, generator=torch.Generator().manual_seed(5))
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logprobs, b.logprobs)
+    # the tokenizer loads by its tokenizer_config.json class (not AutoTokenizer, which reads
+    # config.json's unknown model_type): the same ids as AutoTokenizer gives
+    from transformers import AutoTokenizer
+
+    from wmrl.policies.text_tokenizer import load_tokenizer
+
+    prompt = "In: What action should the robot take to put the red block on the plate?\nOut:"
+    assert load_tokenizer(str(out))(prompt).input_ids == \
+        AutoTokenizer.from_pretrained(str(out))(prompt).input_ids
     policy.save_pretrained(str(out))  # overwrite an existing checkpoint atomically
     assert len([f for f in os.listdir(out) if f.startswith("model-")]) == 1
 

@@ -164,13 +164,11 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     assert y.tolist() == sim.astype(np.uint8).tolist() and names == obs["task"][:1]
     # replay of episode 0 through an env: the same frames for its first chunk
     ep0 = next(iter(TrajectoryDataset(data)))
-    from wmrl.envs.initial_states import InitialStates
     from wmrl.rewards.data import _NeverSuccess
     from wmrl.world_model import train as T
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
-                           _NeverSuccess(), InitialStates(torch.from_numpy(ep0.frames[:1]),
-                                                          names, torch.zeros(1, dtype=torch.long)),
+                           _NeverSuccess(), T.episode_initial_states([ep0]),
                            num_envs=1, max_episode_steps=16, seed=0, return_frames=True)
     env.reset(state_ids=[0])
     first = env.chunk_step(torch.from_numpy(T.chunk_actions(ep0, 0))[None])[4]["frames"]

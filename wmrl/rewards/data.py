@@ -106,13 +106,15 @@ def imagined_frames(
     only when imagined successes and failures look different; when they don't (the tabletop
     assets: AUC 0.55, README), it teaches the reward to fire on the motion alone and raises
     false positives. The frames also serve to measure exactly that."""
-    import torch
-
-    from wmrl.envs.initial_states import InitialStates
     from wmrl.envs.wan_env import WanWorldModelEnv
     from wmrl.sim.tabletop import task_by_name
     from wmrl.world_model.action_wan import ActionWanModel
-    from wmrl.world_model.train import CHUNK, CONDITION_FRAMES, chunk_actions
+    from wmrl.world_model.train import (
+        CHUNK,
+        CONDITION_FRAMES,
+        episode_initial_states,
+        open_loop_replay,
+    )
 
     dirs = [dataset_dir] if isinstance(dataset_dir, (str, os.PathLike)) else list(dataset_dir)
     if negative_stride < 1:
@@ -128,19 +130,14 @@ def imagined_frames(
     frames, labels, ids = [], [], []
     for i in range(0, len(episodes), batch_size):
         eps = episodes[i : i + batch_size]
-        states = InitialStates(torch.from_numpy(np.stack([ep.frames[0] for ep in eps])),
-                               [ep.task for ep in eps], torch.arange(len(eps)))
         n_chunks = max(-(-len(ep) // CHUNK) for ep in eps)
-        env = WanWorldModelEnv(model, _NeverSuccess(), states, num_envs=len(eps),
-                               chunk=CHUNK, condition_frames=CONDITION_FRAMES,
+        env = WanWorldModelEnv(model, _NeverSuccess(), episode_initial_states(eps),
+                               num_envs=len(eps), chunk=CHUNK,
+                               condition_frames=CONDITION_FRAMES,
                                num_inference_steps=num_inference_steps,
                                max_episode_steps=n_chunks * CHUNK, seed=seed + i,
                                height=h, width=w, return_frames=True)
-        env.reset(state_ids=torch.arange(len(eps)))
-        video = []
-        for c in range(n_chunks):
-            acts = np.stack([chunk_actions(ep, c, CHUNK) for ep in eps])
-            video.append(env.chunk_step(torch.from_numpy(acts))[4]["frames"].cpu().numpy())
+        video = [info["frames"].cpu().numpy() for info in open_loop_replay(env, eps, n_chunks)]
         video = np.concatenate(video, 1)  # [b, n_chunks * CHUNK, H, W, 3]: frames 1..
         for j, ep in enumerate(eps):
             y = ep.success_labels[1:].astype(bool)  # sim label of frame t, t = 1..T

@@ -317,6 +317,31 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
     return {f"next_chunk_{k}": float(torch.cat(v).mean()) for k, v in res.items()}
 
 
+def episode_initial_states(episodes: Sequence):
+    """``InitialStates`` from the first frame and task of each episode (state i = episode i)."""
+    from wmrl.envs.initial_states import InitialStates
+
+    tasks = [ep.task for ep in episodes]
+    uniq = list(dict.fromkeys(tasks))
+    return InitialStates(torch.from_numpy(np.stack([ep.frames[0] for ep in episodes])), tasks,
+                         torch.tensor([uniq.index(t) for t in tasks]))
+
+
+@torch.no_grad()
+def open_loop_replay(env, episodes: Sequence, n_chunks: int, chunk: int = CHUNK,
+                     stop_when_done: bool = False) -> list[dict]:
+    """Reset ``env`` (built on ``episode_initial_states(episodes)``) and feed it each
+    episode's actions chunk by chunk (``chunk_actions``); returns the info of every chunk."""
+    env.reset(state_ids=torch.arange(len(episodes)))
+    infos = []
+    for c in range(n_chunks):
+        acts = np.stack([chunk_actions(ep, c, chunk) for ep in episodes])
+        infos.append(env.chunk_step(torch.from_numpy(acts))[4])
+        if stop_when_done and bool(env._done.all()):
+            break
+    return infos
+
+
 @torch.no_grad()
 def replay_agreement(env_factory: Callable[[int, object], object], episodes: Sequence,
                      chunk: int = CHUNK, max_chunks: int | None = None,
@@ -326,27 +351,15 @@ def replay_agreement(env_factory: Callable[[int, object], object], episodes: Seq
     (learned reward on imagined frames) vs the simulator's (the episode's privileged label
     over the same actions). ``env_factory(num_envs, initial_states)`` builds the env; episodes
     go through it ``batch_size`` at a time."""
-    from wmrl.envs.initial_states import InitialStates
-
     wm, sim, wall = [], [], 0.0
     for i in range(0, len(episodes), batch_size):
         eps = episodes[i : i + batch_size]
-        b = len(eps)
-        frames = torch.from_numpy(np.stack([ep.frames[0] for ep in eps]))
-        tasks = [ep.task for ep in eps]
-        uniq = list(dict.fromkeys(tasks))
-        states = InitialStates(frames, tasks, torch.tensor([uniq.index(t) for t in tasks]))
-        env = env_factory(b, states)
-        env.reset(state_ids=torch.arange(b))
+        env = env_factory(len(eps), episode_initial_states(eps))
         n_chunks = max(math.ceil(len(ep) / chunk) for ep in eps)
         if max_chunks is not None:
             n_chunks = min(n_chunks, max_chunks)
         t0 = time.perf_counter()
-        for c in range(n_chunks):
-            acts = np.stack([chunk_actions(ep, c, chunk) for ep in eps])
-            _, _, _, _, info = env.chunk_step(torch.from_numpy(acts))
-            if bool(env._done.all()):
-                break
+        info = open_loop_replay(env, eps, n_chunks, chunk, stop_when_done=True)[-1]
         wall += time.perf_counter() - t0
         wm.append(info["success"].cpu().numpy().astype(bool))
         sim.append(np.array([ep.success_labels[: n_chunks * chunk + 1].any() for ep in eps]))
