@@ -141,7 +141,8 @@ def run(cfg: dict, log=print) -> dict:
     dit_losses = T.train_transformer(
         model, latents, train.actions, int(tt["steps"]), int(tt["batch_size"]), float(tt["lr"]),
         float(tt["weight_decay"]), float(tt["context_noise_sigma"]), int(tt["warmup"]),
-        int(cfg["seed"]), int(tt["log_every"]), log, tt.get("max_seconds"))
+        int(cfg["seed"]), int(tt["log_every"]), log, tt.get("max_seconds"),
+        float(tt.get("foreground_weight", 0.0)), float(tt.get("gripper_event_weight", 1.0)))
     metrics["transformer_train_seconds"] = time.time() - t0
     if dit_losses or not cfg.get("init_from") or Path(cfg["init_from"]) != out_dir:
         model.save_pretrained(out_dir)

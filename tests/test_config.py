@@ -29,11 +29,20 @@ def test_default_config_composes_and_validates():
     assert cfg.callbacks.sim_eval.episodes_per_task >= 200
 
 
-@pytest.mark.parametrize("experiment", ["smoke"])
-def test_experiments_compose(experiment):
-    cfg = fit_cfg(f"experiment={experiment}")
+def test_smoke_experiment_composes():
+    cfg = fit_cfg("experiment=smoke")
     validate(cfg)
     assert cfg.policy.pretrained_path is None and cfg.callbacks.sim_eval is None
+
+
+def test_sim_oracle_swaps_the_world_model_for_the_simulator():
+    cfg = fit_cfg("experiment=sim_oracle")
+    validate(cfg)
+    assert cfg.world_model._target_ == "wmrl.envs.sim_env.TabletopSimEnv"
+    assert cfg.reward is None and cfg.world_model.reward is None
+    # the same policy, scenes and evaluation as the default run
+    assert cfg.policy.pretrained_path.endswith("assets/policy")
+    assert cfg.world_model.num_states == cfg.callbacks.sim_eval.episodes_per_task == 256
 
 
 def test_unknown_key_is_named():

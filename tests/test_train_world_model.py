@@ -117,7 +117,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     cfg["model"].update(height=32, width=32)  # the shipped VAE layout, a 1-layer 16-wide DiT
     cfg["model"]["transformer"].update(attention_head_dim=8, ffn_dim=16, num_layers=1)
     cfg["vae_train"].update(steps=20, batch_size=2, lr=3e-3, log_every=0)
-    cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup=2, log_every=0)
+    cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup=2, log_every=0,
+                                    foreground_weight=1.0, gripper_event_weight=2.0)
     cfg["eval"].update(max_clips=4, reward_checkpoint=str(reward_dir), replay_episodes=3,
                        max_episode_steps=16)
     cfg["initial_states"].update(out_dir=str(tmp_path / "init"), tasks=["red_on_plate"],
@@ -174,3 +175,29 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     first = env.chunk_step(torch.from_numpy(T.chunk_actions(ep0, 0))[None])[4]["frames"]
     # (batch size 2 vs 1: convolutions may round differently, so not bit-exact)
     assert np.abs(f[:8].astype(int) - first[0].numpy().astype(int)).max() <= 2
+
+
+def test_foreground_weights_hand_checked():
+    from wmrl.world_model.action_wan import foreground_weights
+
+    last = torch.zeros(1, 2, 1, 1, 2)  # [B, C, T, h, w]: two cells
+    new = torch.zeros(1, 2, 1, 1, 2)
+    new[0, :, 0, 0, 1] = 2.0  # the second cell changes by 2 in both channels: d = [0, 2]
+    w = foreground_weights(new, last, strength=3.0)
+    # d / mean(d) = [0, 2] -> weights 1 + 3 * [0, 2] = [1, 7], mean 1 + a = 4
+    assert w.shape == (1, 1, 1, 1, 2)
+    assert w.flatten().tolist() == [1.0, 7.0]
+    # a static clip gets weight 1 everywhere (no division by zero)
+    assert foreground_weights(last, last, 3.0).flatten().tolist() == [1.0, 1.0]
+
+
+def test_gripper_event_clips_are_drawn_more_often():
+    from wmrl.world_model.train import clip_sampling_weights
+
+    acts = -torch.ones(3, 13, 7)  # gripper open throughout
+    acts[1, 8:, 6] = 1.0  # closes mid-chunk: a grasp
+    acts[2, :, 6] = 1.0  # closed throughout (carrying): no event
+    acts[2, 2, 6] = -1.0  # a flip inside the condition frames before the last one: not counted
+    assert clip_sampling_weights(acts, 4.0).tolist() == [1.0, 4.0, 1.0]
+    with pytest.raises(ValueError, match="gripper_event_weight"):
+        clip_sampling_weights(acts, 0.0)

@@ -231,15 +231,29 @@ def encode_clips(model: ActionWanModel, clips: ClipSet, batch_size: int = 32) ->
     return torch.cat(out)
 
 
+def clip_sampling_weights(actions: torch.Tensor, gripper_event_weight: float = 1.0,
+                          condition_frames: int = CONDITION_FRAMES) -> torch.Tensor:
+    """Sampling weights [N] of clips (actions [N, cf + chunk, 7]): a clip whose gripper command
+    flips sign between its last condition action and its last new one (a grasp or a release:
+    the moments that decide success, ~1 clip in 7) weighs ``gripper_event_weight``, others 1."""
+    if gripper_event_weight <= 0:
+        raise ValueError(f"gripper_event_weight must be > 0, got {gripper_event_weight}")
+    grip = actions[:, condition_frames - 1 :, 6] > 0
+    event = (grip[:, 1:] != grip[:, :-1]).any(1)
+    return torch.where(event, float(gripper_event_weight), 1.0)
+
+
 def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: torch.Tensor,
                       steps: int, batch_size: int = 32, lr: float = 1e-3,
                       weight_decay: float = 0.01, context_noise_sigma: float = 0.0,
                       warmup: int = 100, seed: int = 0, log_every: int = 100,
                       log: Callable[[str], None] | None = print,
-                      max_seconds: float | None = None) -> list[float]:
+                      max_seconds: float | None = None, foreground_weight: float = 0.0,
+                      gripper_event_weight: float = 1.0) -> list[float]:
     """Fit transformer + action modules (the VAE stays frozen) with flow matching on cached
     latents [N, C, T_lat, h, w] and clip actions [N, 13, 7]; returns the loss per step.
-    ``max_seconds`` stops early (wall-time cap)."""
+    ``max_seconds`` stops early (wall-time cap); ``foreground_weight``: see
+    ``ActionWanModel.training_loss``; ``gripper_event_weight``: see ``clip_sampling_weights``."""
     if steps <= 0:
         return []
     if latents.shape[0] != actions.shape[0]:
@@ -253,14 +267,19 @@ def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: tor
     model.transformer.train()
     model.action.train()
     n_cond = model.latent_frames(CONDITION_FRAMES)
+    # uniform draws keep the RNG stream of runs without event weighting
+    probs = None if gripper_event_weight == 1.0 else clip_sampling_weights(actions,
+                                                                          gripper_event_weight)
     losses = []
     t0 = time.time()
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, steps, lr, warmup)
-        idx = torch.randint(latents.shape[0], (batch_size,), generator=gen)
+        idx = (torch.randint(latents.shape[0], (batch_size,), generator=gen) if probs is None
+               else torch.multinomial(probs, batch_size, replacement=True, generator=gen))
         loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
-                                   context_noise_sigma=context_noise_sigma)
+                                   context_noise_sigma=context_noise_sigma,
+                                   foreground_weight=foreground_weight)
         losses.append(_optimizer_step(opt, loss, params))
         if _progress("dit", step, steps, losses, log_every, t0, max_seconds, log):
             break

@@ -1,0 +1,91 @@
+"""The MuJoCo tabletop simulator behind the rollout-env contract of ``WanWorldModelEnv``.
+
+GRPO normally runs inside the world model; this env runs it against the simulator itself,
+with the privileged success predicate as the reward. It is the *oracle*: what the same
+policy, optimizer and step budget reach when the imagined frames and the reward are
+perfect. The gap between an oracle run and a world-model run is what world-model fidelity
+and reward precision cost (``experiment=sim_oracle``; README, "The WoVR loop").
+
+Contract (as ``WanWorldModelEnv``): ``reset(seed, state_ids)`` -> obs {"image": uint8
+[B, H, W, 3], "task": list[str]}; ``chunk_step(actions [B, C, 7])`` -> (obs, rewards [B, C],
+terminations [B, C], truncations [B, C], info {"success": bool [B]}). Consecutive envs in a
+group share an initial state; state ids are drawn exactly as ``WanWorldModelEnv`` draws them
+(same seed -> same scenes), so an oracle run and a world-model run see the same groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmrl.sim.tabletop import TabletopVecEnv
+
+
+class TabletopSimEnv:
+    def __init__(
+        self,
+        num_envs: int,
+        group_size: int = 1,
+        chunk: int = 8,
+        max_episode_steps: int = 64,
+        task: str = "red_on_plate",
+        num_states: int = 256,
+        seed: int = 0,
+        reward: Any = None,
+        **env_kwargs,
+    ):
+        if num_envs < 1 or group_size < 1 or num_envs % group_size:
+            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size "
+                             f"({group_size})")
+        if reward is not None:
+            raise ValueError("TabletopSimEnv scores episodes with the simulator's success "
+                             "predicate: set world_model.reward=null (experiment=sim_oracle "
+                             "does)")
+        if max_episode_steps % chunk:
+            raise ValueError(f"max_episode_steps ({max_episode_steps}) must be a multiple of "
+                             f"chunk ({chunk})")
+        self.num_envs, self.group_size, self.chunk = num_envs, group_size, chunk
+        self.task, self.num_states = task, num_states
+        self.vec = TabletopVecEnv(num_envs, max_episode_steps=max_episode_steps,
+                                  terminate_on_success=True, **env_kwargs)
+        self._reset_rng = torch.Generator()
+        self._reset_rng.manual_seed(int(seed) + 7919)
+        self._success = np.zeros(num_envs, bool)
+        self._has_reset = False
+
+    def _obs(self, batch: dict) -> dict:
+        return {"image": torch.from_numpy(np.ascontiguousarray(batch["image"])),
+                "task": list(batch["task"])}
+
+    def reset(self, seed: int | None = None, state_ids=None) -> dict:
+        if seed is not None:
+            self._reset_rng.manual_seed(int(seed) + 7919)
+        groups = self.num_envs // self.group_size
+        if state_ids is None:  # the same draw as WanWorldModelEnv.reset
+            state_ids = torch.randint(0, self.num_states, (groups,), generator=self._reset_rng)
+        ids = torch.as_tensor(state_ids, dtype=torch.long).flatten()
+        if ids.shape != (groups,) or ids.min() < 0 or ids.max() >= self.num_states:
+            raise ValueError(f"state_ids must be {groups} ids (num_envs/group_size) in "
+                             f"[0, {self.num_states}), got {ids.tolist()}")
+        ids = ids.repeat_interleave(self.group_size).tolist()
+        obs, _ = self.vec.reset(options=[{"task": self.task, "state_id": i} for i in ids])
+        self._success[:] = False
+        self._has_reset = True
+        return self._obs(obs)
+
+    def chunk_step(self, actions):
+        if not self._has_reset:
+            raise RuntimeError("call reset() before chunk_step()")
+        a = actions.detach().cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
+        if a.shape != (self.num_envs, self.chunk, 7):
+            raise ValueError(f"actions must be [num_envs, chunk, 7] = "
+                             f"{(self.num_envs, self.chunk, 7)}, got {a.shape}")
+        obs, rewards, terms, truncs, info = self.vec.step_chunk(a)
+        self._success |= info["success"].any(1)
+        return (self._obs(obs), torch.from_numpy(rewards), torch.from_numpy(terms),
+                torch.from_numpy(truncs), {"success": torch.from_numpy(self._success.copy())})
+
+    def close(self) -> None:
+        self.vec.close()
