@@ -234,8 +234,10 @@ def encode_clips(model: ActionWanModel, clips: ClipSet, batch_size: int = 32) ->
 def clip_sampling_weights(actions: torch.Tensor, gripper_event_weight: float = 1.0,
                           condition_frames: int = CONDITION_FRAMES) -> torch.Tensor:
     """Sampling weights [N] of clips (actions [N, cf + chunk, 7]): a clip whose gripper command
-    flips sign between its last condition action and its last new one (a grasp or a release:
-    the moments that decide success, ~1 clip in 7) weighs ``gripper_event_weight``, others 1."""
+    flips sign between its last condition action and its last new one (a grasp, a release or a
+    flicker) weighs ``gripper_event_weight``, others 1. On the tabletop data that is 26% of the
+    noisy expert's clips (noise 0.6) and 74% of the SFT policy's, whose sampled gripper
+    command flickers."""
     if gripper_event_weight <= 0:
         raise ValueError(f"gripper_event_weight must be > 0, got {gripper_event_weight}")
     grip = actions[:, condition_frames - 1 :, 6] > 0
