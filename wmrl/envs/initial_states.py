@@ -33,6 +33,26 @@ TENSORS = "initial_states.safetensors"
 TASKS = "tasks.json"
 
 
+def seed_reset_generator(generator: torch.Generator, seed: int) -> None:
+    """Seed the generator that draws reset states (offset from the env's noise seed)."""
+    generator.manual_seed(int(seed) + 7919)
+
+
+def group_state_ids(state_ids, groups: int, group_size: int, num_states: int,
+                    generator: torch.Generator) -> torch.Tensor:
+    """Per-env state ids [groups * group_size]: ``state_ids`` (one per group) or, if None, a
+    draw from ``generator``; consecutive ``group_size`` envs share their group's state. The
+    world-model env and the simulator env both reset through this, so the same seed gives the
+    same scenes."""
+    if state_ids is None:
+        state_ids = torch.randint(0, num_states, (groups,), generator=generator)
+    ids = torch.as_tensor(state_ids, dtype=torch.long).flatten()
+    if ids.shape != (groups,) or ids.min() < 0 or ids.max() >= num_states:
+        raise ValueError(f"state_ids must be {groups} ids (num_envs/group_size) in "
+                         f"[0, {num_states}), got {ids.tolist()}")
+    return ids.repeat_interleave(group_size)
+
+
 @dataclass
 class InitialStates:
     frames: torch.Tensor  # uint8 [N, H, W, 3]

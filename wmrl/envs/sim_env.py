@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
 from wmrl.sim.tabletop import TabletopVecEnv
 
 
@@ -51,7 +52,7 @@ class TabletopSimEnv:
         self.vec = TabletopVecEnv(num_envs, max_episode_steps=max_episode_steps,
                                   terminate_on_success=True, **env_kwargs)
         self._reset_rng = torch.Generator()
-        self._reset_rng.manual_seed(int(seed) + 7919)
+        seed_reset_generator(self._reset_rng, seed)
         self._success = np.zeros(num_envs, bool)
         self._has_reset = False
 
@@ -61,15 +62,9 @@ class TabletopSimEnv:
 
     def reset(self, seed: int | None = None, state_ids=None) -> dict:
         if seed is not None:
-            self._reset_rng.manual_seed(int(seed) + 7919)
-        groups = self.num_envs // self.group_size
-        if state_ids is None:  # the same draw as WanWorldModelEnv.reset
-            state_ids = torch.randint(0, self.num_states, (groups,), generator=self._reset_rng)
-        ids = torch.as_tensor(state_ids, dtype=torch.long).flatten()
-        if ids.shape != (groups,) or ids.min() < 0 or ids.max() >= self.num_states:
-            raise ValueError(f"state_ids must be {groups} ids (num_envs/group_size) in "
-                             f"[0, {self.num_states}), got {ids.tolist()}")
-        ids = ids.repeat_interleave(self.group_size).tolist()
+            seed_reset_generator(self._reset_rng, seed)
+        ids = group_state_ids(state_ids, self.num_envs // self.group_size, self.group_size,
+                              self.num_states, self._reset_rng).tolist()
         obs, _ = self.vec.reset(options=[{"task": self.task, "state_id": i} for i in ids])
         self._success[:] = False
         self._has_reset = True

@@ -40,7 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl.envs.initial_states import InitialStates, build_initial_states
+from wmrl.envs.initial_states import (
+    InitialStates,
+    build_initial_states,
+    group_state_ids,
+    seed_reset_generator,
+)
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 
@@ -147,7 +152,7 @@ class WanWorldModelEnv:
 
     # ------------------------------------------------------------------ helpers
     def _seed_rngs(self, seed: int) -> None:
-        self._reset_rng.manual_seed(int(seed) + 7919)
+        seed_reset_generator(self._reset_rng, seed)
         self._noise_rng.manual_seed(int(seed))
 
     def _to_unit(self, frames) -> torch.Tensor:
@@ -178,15 +183,8 @@ class WanWorldModelEnv:
         self.onload()
         if seed is not None:
             self._seed_rngs(seed)
-        groups = self.num_envs // self.group_size
-        n = len(self.states)
-        if state_ids is None:
-            state_ids = torch.randint(0, n, (groups,), generator=self._reset_rng)
-        state_ids = torch.as_tensor(state_ids, dtype=torch.long).flatten()
-        if state_ids.shape != (groups,) or state_ids.min() < 0 or state_ids.max() >= n:
-            raise ValueError(f"state_ids must be {groups} ids (num_envs/group_size) in [0, {n}), "
-                             f"got {state_ids.tolist()}")
-        self._state_ids = state_ids.repeat_interleave(self.group_size)
+        self._state_ids = group_state_ids(state_ids, self.num_envs // self.group_size,
+                                          self.group_size, len(self.states), self._reset_rng)
         ids = self._state_ids
         anchor = self.states.frames[ids]
         cond_actions = self._zero_cond_actions(self.num_envs)
