@@ -201,3 +201,30 @@ def test_gripper_event_clips_are_drawn_more_often():
     assert clip_sampling_weights(acts, 4.0).tolist() == [1.0, 4.0, 1.0]
     with pytest.raises(ValueError, match="gripper_event_weight"):
         clip_sampling_weights(acts, 0.0)
+
+
+def test_prediction_quality_tells_whether_actions_matter():
+    from wmrl.world_model.action_wan import build_world_model
+
+    cfg = dict(transformer=dict(patch_size=[1, 1, 1], num_attention_heads=2, attention_head_dim=8,
+                                in_channels=16, out_channels=16, text_dim=16, freq_dim=32,
+                                ffn_dim=32, num_layers=1, rope_max_seq_len=32),
+               vae=dict(base_dim=4, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                        temperal_downsample=[False, True, True]),
+               action=dict(num_text_tokens=1), init_seed=0)
+    model = build_world_model(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    n = 4
+    clips = T.ClipSet(torch.randint(0, 256, (n, 13, 16, 16, 3), dtype=torch.uint8, generator=g),
+                      torch.rand(n, 13, 7, generator=g) * 2 - 1, torch.arange(n), torch.zeros(n))
+    with torch.no_grad():
+        for mlp in (model.action.action_mlp1, model.action.action_mlp2):
+            mlp[-1].weight.mul_(50)  # random heads are small: make the actions count
+        m = T.prediction_quality(model, clips, num_inference_steps=2, batch_size=n)
+        assert m["next_chunk_psnr"] != m["next_chunk_psnr_other_actions"]
+        for mlp in (model.action.action_mlp1, model.action.action_mlp2):
+            mlp[-1].weight.zero_()
+            mlp[-1].bias.zero_()  # now every action maps to the same tokens and time shift
+        m = T.prediction_quality(model, clips, num_inference_steps=2, batch_size=n)
+    assert m["next_chunk_psnr"] == m["next_chunk_psnr_other_actions"]
+    assert math.isfinite(m["next_chunk_copy_psnr"]) and -1 <= m["next_chunk_ssim"] <= 1

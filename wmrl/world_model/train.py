@@ -308,30 +308,43 @@ def vae_quality(model: ActionWanModel, clips: ClipSet, max_clips: int = 64,
 
 
 @torch.no_grad()
+def _predict_chunk(model: ActionWanModel, cond: torch.Tensor, actions: torch.Tensor,
+                   noise: torch.Tensor, num_inference_steps: int) -> torch.Tensor:
+    """The new frames generated from condition latents and a clip's actions, in [0, 1]
+    after the env's uint8 rounding: [B, T_new, H, W, 3]."""
+    from wmrl.envs.wan_env import unit_to_u8_torch
+
+    new = model.generate(cond, actions, noise, num_inference_steps)
+    video = model.decode(torch.cat([cond, new], 2))[:, :, CONDITION_FRAMES:]
+    return u8_video_to_unit(unit_to_u8_torch(video).permute(0, 2, 3, 4, 1))
+
+
 def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_steps: int = 5,
                        max_clips: int = 128, batch_size: int = 32,
                        seed: int = 0) -> dict[str, float]:
     """Teacher-forced one-chunk prediction on held-out clips: generate the 8 new frames from
     the ground-truth condition frames and actions; PSNR / SSIM against the true frames, and
-    the copy-last-condition-frame baseline on the same clips."""
-    from wmrl.envs.wan_env import unit_to_u8_torch
-
+    the copy-last-condition-frame baseline on the same clips. ``next_chunk_psnr_other_actions``
+    generates from the same frames and noise with another clip's actions (the batch rolled by
+    half): a world model that ignores its actions scores the same with both."""
     gen = torch.Generator().manual_seed(seed)
     n = min(len(clips), max_clips)
     n_cond = model.latent_frames(CONDITION_FRAMES)
-    res: dict[str, list] = {"psnr": [], "ssim": [], "copy_psnr": [], "copy_ssim": []}
+    res: dict[str, list] = {"psnr": [], "ssim": [], "copy_psnr": [], "copy_ssim": [],
+                            "psnr_other_actions": []}
     for i in range(0, n, batch_size):
         idx = torch.arange(i, min(i + batch_size, n))
         z = model.encode(clips.video(idx))
         cond = z[:, :, :n_cond]
         noise = torch.randn(z[:, :, n_cond:].shape, generator=gen)
-        new = model.generate(cond, clips.actions[idx], noise, num_inference_steps)
-        video = model.decode(torch.cat([cond, new], 2))[:, :, CONDITION_FRAMES:]
-        pred = u8_video_to_unit(unit_to_u8_torch(video).permute(0, 2, 3, 4, 1))
         true = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES:])
+        other = clips.actions[idx].roll(len(idx) // 2, 0)
+        pred = _predict_chunk(model, cond, other, noise, num_inference_steps)
+        res["psnr_other_actions"].append(psnr(pred, true).flatten())
+        pred = _predict_chunk(model, cond, clips.actions[idx], noise, num_inference_steps)
+        res["psnr"].append(psnr(pred, true).flatten())
         copy = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES - 1 : CONDITION_FRAMES])
         copy = copy.expand_as(true)
-        res["psnr"].append(psnr(pred, true).flatten())
         res["ssim"].append(ssim(pred, true).flatten())
         res["copy_psnr"].append(psnr(copy, true).flatten())
         res["copy_ssim"].append(ssim(copy, true).flatten())
