@@ -221,6 +221,8 @@ def test_prediction_quality_tells_whether_actions_matter():
     with torch.no_grad():
         m = T.prediction_quality(model, clips, num_inference_steps=2, batch_size=n)
         assert m["next_chunk_psnr"] != m["next_chunk_psnr_other_actions"]
+        one = T.prediction_quality(model, clips, num_inference_steps=2, batch_size=1)
+        assert one["next_chunk_psnr"] != one["next_chunk_psnr_other_actions"]  # not own actions
         for mlp in (model.action.action_mlp1, model.action.action_mlp2):
             mlp[-1].weight.zero_()
             mlp[-1].bias.zero_()  # now every action maps to the same tokens and time shift

@@ -325,8 +325,8 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
     """Teacher-forced one-chunk prediction on held-out clips: generate the 8 new frames from
     the ground-truth condition frames and actions; PSNR / SSIM against the true frames, and
     the copy-last-condition-frame baseline on the same clips. ``next_chunk_psnr_other_actions``
-    generates from the same frames and noise with another clip's actions (the batch rolled by
-    half): a world model that ignores its actions scores the same with both."""
+    generates from the same frames and noise with the actions of clip (i + n/2) mod n: a world
+    model that ignores its actions scores the same with both."""
     gen = torch.Generator().manual_seed(seed)
     n = min(len(clips), max_clips)
     n_cond = model.latent_frames(CONDITION_FRAMES)
@@ -338,7 +338,7 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
         cond = z[:, :, :n_cond]
         noise = torch.randn(z[:, :, n_cond:].shape, generator=gen)
         true = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES:])
-        other = clips.actions[idx].roll(len(idx) // 2, 0)
+        other = clips.actions[(idx + n // 2) % n]  # any batch size, even a last batch of 1
         pred = _predict_chunk(model, cond, other, noise, num_inference_steps)
         res["psnr_other_actions"].append(psnr(pred, true).flatten())
         pred = _predict_chunk(model, cond, clips.actions[idx], noise, num_inference_steps)
