@@ -12,7 +12,13 @@
 6. the world model's replay check against the simulator with that reward, on the policy's
    held-out rollouts from the evaluation scenes.
 
-    python scripts/make_assets.py [--data DIR] [--assets DIR] [--tasks red_on_plate]
+    python scripts/make_assets.py [--data DIR] [--assets DIR] [--recipe random_scenes|paced]
+
+``--recipe paced`` (not the shipped assets; see README, "paced demonstrators") makes the same
+pipeline for ``red_of_two`` (two-slot scenes): expert data at noise 0 / 0.3 / 0.6 with a
+per-episode top speed in [0.2, 1], and a base policy cloned (no relabelling, 2000 steps) from
+demonstrators with top speeds in [0.2, 0.7], so it moves at their mixed pace and often runs
+out of the 64 steps.
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
 hyper-parameters); ~75 minutes on 2 cores by the stage timings (not yet run in one go).
@@ -30,7 +36,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOISE = {0.3: 11, 0.6: 12, 0.8: 13, 1.0: 14}  # expert noise_std -> seed (held out: seed + 10)
+# per recipe: the task, expert noise_std -> seed (held out: seed + 10) of the world model's
+# expert data, extra overrides of that data, of the demos and of the SFT run
+RECIPES = {
+    "random_scenes": {"task": "red_on_plate", "noise": {0.3: 11, 0.6: 12, 0.8: 13, 1.0: 14},
+                      "expert": [], "demos": ["collect.episodes_per_task=150"], "sft": []},
+    "paced": {"task": "red_of_two", "noise": {0.0: 11, 0.3: 12, 0.6: 13},
+              "expert": ["expert.speed_range=[0.2,1.0]"],
+              "demos": ["collect.episodes_per_task=300", "expert.speed_range=[0.2,0.7]",
+                        "env.max_episode_steps=200"],  # slow demonstrators finish too
+              # the executed (paced) actions are the labels: relabelling with the
+              # full-speed expert would clone the expert, not the demonstrators
+              "sft": ["relabel_with_expert=false", "steps=2000", "threads=2"]},
+}
 
 
 def run(script: str, *overrides: str) -> None:
@@ -45,29 +63,34 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT / "data" / "assets"), help="scratch data dir")
     p.add_argument("--assets", default=str(ROOT / "wmrl" / "assets"), help="output dir")
-    p.add_argument("--tasks", default="red_on_plate", help="comma-separated task names")
+    p.add_argument("--recipe", default="random_scenes", choices=sorted(RECIPES))
+    p.add_argument("--tasks", default=None, help="comma-separated task names (default: the "
+                   "recipe's task)")
     p.add_argument("--episodes", type=int, default=120, help="train episodes per noise level")
     p.add_argument("--policy-episodes", type=int, default=320,
                    help="SFT-policy rollouts for the world model and reward")
     args = p.parse_args(argv)
     data, assets = Path(args.data), Path(args.assets)
-    tasks = "[" + args.tasks + "]"
+    recipe = RECIPES[args.recipe]
+    tasks = "[" + (args.tasks or recipe["task"]) + "]"
     t0 = time.time()
 
     train, val = [], []
-    for noise, seed in NOISE.items():
+    for noise, seed in recipe["noise"].items():
         for split, n, s, dirs in (("train", args.episodes, seed, train),
                                   ("val", 16, seed + 10, val)):
             out = data / f"{split}_n{noise}"
             run("collect.py", f"collect.out_dir={out}", f"collect.tasks={tasks}",
                 f"collect.episodes_per_task={n}", f"expert.noise_std={noise}",
-                f"expert.seed={s}", f"collect.seed={s}", "collect.overwrite=true")
+                f"expert.seed={s}", f"collect.seed={s}", "collect.overwrite=true",
+                *recipe["expert"])
             dirs.append(str(out))
     demos = data / "demos"
-    run("collect.py", f"collect.out_dir={demos}", f"collect.tasks={tasks}",
-        "collect.episodes_per_task=150", "collect.seed=7", "collect.overwrite=true")
+    run("collect.py", f"collect.out_dir={demos}", f"collect.tasks={tasks}", "collect.seed=7",
+        "collect.overwrite=true", *recipe["demos"])
     policy = assets / "policy"
-    run("sft_policy.py", f"data_dir={demos}", f"out_dir={policy}", f"eval.tasks={tasks}")
+    run("sft_policy.py", f"data_dir={demos}", f"out_dir={policy}", f"eval.tasks={tasks}",
+        *recipe["sft"])
 
     policy_cfg = ("collect.policy={_target_: wmrl.policies.openvla_oft.build_policy, "
                   f"pretrained_path: {policy}, unnorm_key: tabletop}}")

@@ -128,6 +128,40 @@ def test_noisy_expert_is_worse(env):
     assert all((not ok) or t > tc + 10 for (ok, t), tc in zip(res, t_clean)), (res, t_clean)
 
 
+def test_slow_expert_takes_longer_and_clips_its_commands(env):
+    """speed_range caps every motion command at the episode's speed: top speed 0.5 takes
+    about twice the clean expert's steps (the reach is mostly at the cap)."""
+    t_fast = [run_expert(env, ScriptedExpert(), "red_of_two", i)[1] for i in range(3)]
+    slow = ScriptedExpert(speed_range=(0.5, 0.5))
+    obs, _ = env.reset(options={"task": "red_of_two", "state_id": 0})
+    slow.reset(1, seed=0)
+    assert np.abs(slow.act(obs)[0, :6]).max() == pytest.approx(0.5)
+    env.max_episode_steps = 200
+    try:
+        res = [run_expert(env, slow, "red_of_two", i) for i in range(3)]
+    finally:
+        env.max_episode_steps = 64
+    assert all(ok for ok, _ in res)
+    for (_, t), tf in zip(res, t_fast):
+        assert 1.5 * tf < t < 2.5 * tf, (res, t_fast)
+    with pytest.raises(ValueError, match="speed_range"):
+        ScriptedExpert(speed_range=(0.0, 1.0))
+
+
+def test_slots_layout():
+    """red_of_two: blocks in the two slots (x = -0.08 / 0.14, y = -0.05, +-1.5 cm), red on
+    either side about half the time, plate and hand near their fixed spots."""
+    a = initial_states("red_of_two", 200, seed=0)
+    red_x, blue_x = a[:, 0], a[:, 3]
+    for x in (red_x, blue_x):
+        assert np.all(np.minimum(np.abs(x + 0.08), np.abs(x - 0.14)) <= 0.015)
+    assert np.all(np.abs(red_x - blue_x) > 0.19)  # never in the same slot
+    assert 80 <= np.sum(red_x < 0.03) <= 120
+    assert np.all(np.abs(a[:, [1, 4]] + 0.05) <= 0.015)
+    assert np.all(np.abs(a[:, 6:8] - [0.03, 0.10]) <= 0.015)
+    assert np.all(np.abs(a[:, 8:11] - [0.03, -0.07, 0.17]) <= 0.015)
+
+
 def test_initial_states_fixed_and_distinct():
     a = initial_states("red_on_plate", 200, seed=0)
     assert a.shape == (200, INIT_DIM)

@@ -13,6 +13,10 @@ Noise knobs (all per env, seeded):
                    time, so episodes run out of steps.
   gripper_flip_prob per-step probability to send the opposite gripper command (drops the
                    block or closes early).
+  speed_range      [lo, hi]: per-episode top speed drawn uniformly (fraction of the full
+                   command; motion commands are clipped to +-speed): demonstrators who work
+                   at different paces, as human teleoperators do. A policy cloned from them
+                   moves at their mixed pace and often runs out of time.
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ class ScriptedExpert:
         hesitate_prob: float = 0.0,
         hesitate_max: int = 8,
         gripper_flip_prob: float = 0.0,
+        speed_range: tuple[float, float] = (1.0, 1.0),
         max_pos_step: float = 0.02,
         gain: float = 1.0,
         seed: int = 0,
@@ -133,6 +138,10 @@ class ScriptedExpert:
                        ("gripper_flip_prob", gripper_flip_prob)):
             if v < 0:
                 raise ValueError(f"expert.{key} must be >= 0, got {v}")
+        lo, hi = (float(v) for v in speed_range)
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"expert.speed_range must satisfy 0 < lo <= hi <= 1, got {speed_range}")
+        self.speed_range = (lo, hi)
         self.noise_std = noise_std
         self.hesitate_prob = hesitate_prob
         self.hesitate_max = hesitate_max
@@ -142,12 +151,14 @@ class ScriptedExpert:
         self.rng = np.random.default_rng(seed)
         self._pause = np.zeros(0, dtype=np.int64)
         self._last_grip = np.zeros(0)
+        self._speed = np.ones(0)
 
     def reset(self, batch_size: int, seed: int | None = None) -> None:
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self._pause = np.zeros(batch_size, dtype=np.int64)
         self._last_grip = -np.ones(batch_size)
+        self._speed = self.rng.uniform(*self.speed_range, size=batch_size)
 
     def clean_action(self, state: np.ndarray, task: str) -> np.ndarray:
         t = task_by_name(task)
@@ -164,6 +175,7 @@ class ScriptedExpert:
         if self._pause.shape[0] != b:
             self.reset(b)
         actions = np.stack([self.clean_action(s, t) for s, t in zip(states, tasks)])
+        actions[:, :6] = np.clip(actions[:, :6], -self._speed[:, None], self._speed[:, None])
         if self.noise_std > 0:
             actions[:, :6] += self.rng.normal(0.0, self.noise_std, size=(b, 6))
         if self.gripper_flip_prob > 0:

@@ -31,6 +31,12 @@ Tasks (language instruction -> privileged success predicate, all require "not he
   blue_on_plate  same with the blue block.
   red_left       "push the red block to the left": the red block wholly inside the yellow
                   zone (centre x < -0.205) and on the table.
+  red_of_two     "pick up the red block and put it on the plate": red_on_plate's predicate
+                  in the "slots" layout (the CPU WoVR task): the two blocks sit in a left and
+                  a right slot (which is where is a coin flip), the plate behind them, the
+                  hand above the middle, each jittered by +-1.5 cm. Every task owns its
+                  initial-state distribution, as LIBERO tasks do; the others draw "random"
+                  scenes (blocks, plate and hand anywhere solvable).
 Success is visible in the image: the block sits on the green disc / inside the yellow strip
 and the gripper is open or away.
 """
@@ -61,12 +67,14 @@ class Task:
     instruction: str
     kind: str  # "place" | "push"
     block: str  # "red" | "blue"
+    layout: str = "random"  # initial-state distribution: "random" | "slots" (see below)
 
 
 TASKS: tuple[Task, ...] = (
     Task("red_on_plate", "put the red block on the green plate", "place", "red"),
     Task("blue_on_plate", "put the blue block on the green plate", "place", "blue"),
     Task("red_left", "push the red block to the left", "push", "red"),
+    Task("red_of_two", "pick up the red block and put it on the plate", "place", "red", "slots"),
 )
 TASK_NAMES = tuple(t.name for t in TASKS)
 BLOCKS = ("red", "blue")
@@ -203,8 +211,30 @@ def task_by_name(task: str | int) -> Task:
     raise ValueError(f"unknown task {task!r}; expected one of {list(TASK_NAMES)}")
 
 
+# "slots" layout: the plate behind, the two blocks in a left and a right slot (which block is
+# where is a coin flip), the hand above the middle; every position jittered by +-SLOT_JITTER.
+SLOT_X = (-0.08, 0.14)
+SLOT_Y = -0.05
+SLOT_PLATE = (0.03, 0.10)
+SLOT_HAND = (0.03, -0.07, 0.17)
+SLOT_JITTER = 0.015
+
+
+def _slots_initial_state(rng: np.random.Generator) -> np.ndarray:
+    j = lambda: rng.uniform(-SLOT_JITTER, SLOT_JITTER)  # noqa: E731
+    xs = SLOT_X if rng.random() < 0.5 else SLOT_X[::-1]
+    red = [xs[0] + j(), SLOT_Y + j(), rng.uniform(-0.3, 0.3)]
+    blue = [xs[1] + j(), SLOT_Y + j(), rng.uniform(-0.3, 0.3)]
+    plate = [SLOT_PLATE[0] + j(), SLOT_PLATE[1] + j()]
+    hand = [SLOT_HAND[0] + j(), SLOT_HAND[1] + j(), SLOT_HAND[2] + j()]
+    return np.array([*red, *blue, *plate, *hand], dtype=np.float64)
+
+
 def _sample_initial_state(task: Task, rng: np.random.Generator) -> np.ndarray:
-    """Rejection-sample object and hand positions that leave the task solvable."""
+    """Rejection-sample object and hand positions that leave the task solvable
+    (``layout="random"``), or draw a jittered two-slot scene (``layout="slots"``)."""
+    if task.layout == "slots":
+        return _slots_initial_state(rng)
     for _ in range(10_000):
         plate = np.array([rng.uniform(-0.08, 0.18), rng.uniform(-0.12, 0.14)])
         red = np.array([rng.uniform(-0.14, 0.20), rng.uniform(-0.14, 0.14)])
