@@ -32,9 +32,9 @@ Tasks (language instruction -> privileged success predicate, all require "not he
   red_left       "push the red block to the left": the red block wholly inside the yellow
                   zone (centre x < -0.205) and on the table.
   red_of_two     "pick up the red block and put it on the plate": red_on_plate's predicate
-                  in the "slots" layout (the paced-demonstrator base's task): the two blocks sit in a left and
-                  a right slot (which is where is a coin flip), the plate behind them, the
-                  hand above the middle, each jittered by +-1.5 cm. Every task owns its
+                  in the "slots" layout (the paced-demonstrator base's task): the two blocks
+                  sit in a left and a right slot (which is where is a coin flip), the plate
+                  behind them, the hand above the middle, each jittered by +-1.5 cm. Every task owns its
                   initial-state distribution, as LIBERO tasks do; the others draw "random"
                   scenes (blocks, plate and hand anywhere solvable).
 Success is visible in the image: the block sits on the green disc / inside the yellow strip
