@@ -14,14 +14,14 @@
 
     python scripts/make_assets.py [--data DIR] [--assets DIR] [--recipe random_scenes|paced]
 
-``--recipe paced`` (not the shipped assets; see README, "paced demonstrators") makes the same
-pipeline for ``red_of_two`` (two-slot scenes): expert data at noise 0 / 0.3 / 0.6 with a
-per-episode top speed in [0.2, 1], and a base policy cloned (no relabelling, 2000 steps) from
+``--recipe paced`` (not yet the shipped assets; see README, "paced demonstrators") makes the
+same pipeline for ``red_of_two`` (two-slot scenes): expert data at noise 0 / 0.3 / 0.6 with a
+per-episode top speed in [0.2, 1], a base policy cloned (no relabelling, 2000 steps) from
 demonstrators with top speeds in [0.2, 0.7], so it moves at their mixed pace and often runs
-out of the 64 steps.
+out of the 64 steps, and a transformer trained 8000 steps (~42 min of the ~100).
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); ~75 minutes on 2 cores by the stage timings (not yet run in one go).
+hyper-parameters); ~75 minutes on 2 cores by the stage timings (``paced`` in one go: 103 min, partly beside other jobs).
 Each output directory is written
 atomically by its script, so an interrupted run leaves the previous assets in place.
 """
@@ -40,14 +40,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # expert data, extra overrides of that data, of the demos and of the SFT run
 RECIPES = {
     "random_scenes": {"task": "red_on_plate", "noise": {0.3: 11, 0.6: 12, 0.8: 13, 1.0: 14},
-                      "expert": [], "demos": ["collect.episodes_per_task=150"], "sft": []},
+                      "expert": [], "demos": ["collect.episodes_per_task=150"], "sft": [],
+                      "world_model": []},
     "paced": {"task": "red_of_two", "noise": {0.0: 11, 0.3: 12, 0.6: 13},
               "expert": ["expert.speed_range=[0.2,1.0]"],
               "demos": ["collect.episodes_per_task=300", "expert.speed_range=[0.2,0.7]",
                         "env.max_episode_steps=200"],  # slow demonstrators finish too
               # the executed (paced) actions are the labels: relabelling with the
               # full-speed expert would clone the expert, not the demonstrators
-              "sft": ["relabel_with_expert=false", "steps=2000", "threads=2"]},
+              "sft": ["relabel_with_expert=false", "steps=2000", "threads=2"],
+              # the grasp-timing detail that separates late successes from failures needs
+              # about twice the default transformer training (README, "paced demonstrators")
+              "world_model": ["transformer_train.steps=8000",
+                              "transformer_train.max_seconds=2700"]},
 }
 
 
@@ -106,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     world_model, reward = assets / "world_model", assets / "reward"
     run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs={val_list}",
         f"tasks={tasks}", f"out_dir={world_model}",
-        f"initial_states.out_dir={assets / 'initial_states'}")
+        f"initial_states.out_dir={assets / 'initial_states'}", *recipe["world_model"])
     run("train_reward.py", "data_format=trajectories", f"data_dir={train_list}",
         "trajectories.negative_stride=4", f"trajectories.vae_from={world_model}",
         f"out_dir={reward}", "steps=1000")
