@@ -21,9 +21,8 @@ demonstrators with top speeds in [0.2, 0.7], so it moves at their mixed pace and
 out of the 64 steps, and a transformer trained 8000 steps (~42 min of the ~100).
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); ~75 minutes on 2 cores by the stage timings (``paced`` in one go: 103 min, partly beside other jobs).
-Each output directory is written
-atomically by its script, so an interrupted run leaves the previous assets in place.
+hyper-parameters); ~75 minutes on 2 cores by the stage timings (``paced`` in one go: 103 min,
+partly beside other jobs). Each output directory is written atomically by its script, so an interrupted run leaves the previous assets in place.
 """
 
 from __future__ import annotations
