@@ -22,7 +22,8 @@ out of the 64 steps, and a transformer trained 8000 steps (~42 min of the ~100).
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
 hyper-parameters); ~75 minutes on 2 cores by the stage timings (``paced`` in one go: 103 min,
-partly beside other jobs). Each output directory is written atomically by its script, so an interrupted run leaves the previous assets in place.
+partly beside other jobs). Each output directory is written atomically by its script, so an
+interrupted run leaves the previous assets in place.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # per recipe: the task, expert noise_std -> seed (held out: seed + 10) of the world model's
-# expert data, extra overrides of that data, of the demos and of the SFT run
+# expert data, extra overrides of that data, of the demos, of the SFT run and of the world
+# model's training
 RECIPES = {
     "random_scenes": {"task": "red_on_plate", "noise": {0.3: 11, 0.6: 12, 0.8: 13, 1.0: 14},
                       "expert": [], "demos": ["collect.episodes_per_task=150"], "sft": [],
