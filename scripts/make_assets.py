@@ -1,6 +1,6 @@
 """Regenerate the shipped tiny checkpoints (wmrl/assets/) from scratch, on CPU:
 
-1. simulator data: expert rollouts of the tabletop task at four noise levels (successes and
+1. simulator data: expert rollouts of the tabletop task at several noise levels (successes and
    failures) + held-out sets, and clean demos for behaviour cloning;
 2. the SFT base policy (behaviour cloning on the demos), checked in the simulator;
 3. that policy's own simulator rollouts (random scenes for training, the fixed evaluation
@@ -12,18 +12,20 @@
 6. the world model's replay check against the simulator with that reward, on the policy's
    held-out rollouts from the evaluation scenes.
 
-    python scripts/make_assets.py [--data DIR] [--assets DIR] [--recipe random_scenes|paced]
+    python scripts/make_assets.py [--data DIR] [--assets DIR] [--recipe paced|random_scenes]
 
-``--recipe paced`` (not yet the shipped assets; see README, "paced demonstrators") makes the
-same pipeline for ``red_of_two`` (two-slot scenes): expert data at noise 0 / 0.3 / 0.6 with a
-per-episode top speed in [0.2, 1], a base policy cloned (no relabelling, 2000 steps) from
-demonstrators with top speeds in [0.2, 0.7], so it moves at their mixed pace and often runs
-out of the 64 steps, and a transformer trained 8000 steps (~42 min of the ~100).
+The default recipe, ``paced`` (the shipped assets), makes them for ``red_of_two`` (two-slot
+scenes): expert data at noise 0 / 0.3 / 0.6 with a per-episode top speed in [0.2, 1], a base
+policy cloned (no relabelling, 2000 steps) from demonstrators with top speeds in [0.2, 0.7],
+so it moves at their mixed pace and often runs out of the 64 steps, and a transformer
+trained 8000 steps (~44 min of the ~100). ``random_scenes`` is the first recipe
+(``red_on_plate``, scenes anywhere; README, "The first recipe"): RL in its world model does
+not learn.
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); ~75 minutes on 2 cores by the stage timings (``paced`` in one go: 103 min,
-partly beside other jobs). Each output directory is written atomically by its script, so an
-interrupted run leaves the previous assets in place.
+hyper-parameters); ``paced`` took 103 min in one go on 2 cores (partly beside other jobs).
+Each output directory is written atomically by its script, so an interrupted run leaves the
+previous assets in place.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT / "data" / "assets"), help="scratch data dir")
     p.add_argument("--assets", default=str(ROOT / "wmrl" / "assets"), help="output dir")
-    p.add_argument("--recipe", default="random_scenes", choices=sorted(RECIPES))
+    p.add_argument("--recipe", default="paced", choices=sorted(RECIPES))
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: the "
                    "recipe's task)")
     p.add_argument("--episodes", type=int, default=120, help="train episodes per noise level")

@@ -40,7 +40,8 @@ def make_env_factory(model: ActionWanModel, cfg: dict):
     from wmrl.rewards.resnet import ResNetSuccessReward
 
     ev = cfg["eval"]
-    reward = ResNetSuccessReward(checkpoint=ev["reward_checkpoint"], round=True)
+    # raw p(success): replay_agreement sweeps the threshold over one replay
+    reward = ResNetSuccessReward(checkpoint=ev["reward_checkpoint"], round=False)
 
     def factory(num_envs, states):
         return WanWorldModelEnv(model, reward, states, num_envs=num_envs, group_size=1,
@@ -165,8 +166,10 @@ def run(cfg: dict, log=print) -> dict:
                                             int(ev["max_clips"]), seed=int(cfg["seed"])))
         if ev.get("reward_checkpoint"):
             eps = val_eps[: int(ev["replay_episodes"])]
-            metrics.update(T.replay_agreement(make_env_factory(model, cfg), eps,
-                                              max_chunks=int(ev["max_episode_steps"]) // T.CHUNK))
+            metrics.update(T.replay_agreement(
+                make_env_factory(model, cfg), eps,
+                max_chunks=int(ev["max_episode_steps"]) // T.CHUNK,
+                success_threshold=float(ev["success_threshold"])))
     metrics["chunk_step_s_b32_1thread"] = chunk_step_seconds(model, cfg, 32, 1) if ev.get(
         "reward_checkpoint") else None
     metrics["total_seconds"] = time.time() - t_start

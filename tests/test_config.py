@@ -1,5 +1,8 @@
 """The shipped Hydra configs compose, validate and name bad keys."""
 
+import json
+from pathlib import Path
+
 import pytest
 from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
@@ -7,6 +10,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from wmrl.config import ConfigError, validate
+from wmrl.sim.tabletop import task_by_name
 
 
 def fit_cfg(*overrides):
@@ -27,6 +31,18 @@ def test_default_config_composes_and_validates():
     assert cfg.policy.pretrained_path.endswith("assets/policy")
     assert cfg.reward.checkpoint.endswith("assets/reward")
     assert cfg.callbacks.sim_eval.episodes_per_task >= 200
+
+
+def test_sim_eval_task_is_the_shipped_world_models_task():
+    """The simulator evaluates the task whose scenes the world model starts from (the
+    instruction of every shipped initial state), on as many scenes as it holds."""
+    cfg = fit_cfg()
+    states = json.loads((Path(cfg.world_model.initial_states) / "tasks.json").read_text())
+    instructions = {task_by_name(t).instruction for t in cfg.callbacks.sim_eval.tasks}
+    assert set(states["tasks"]) == instructions
+    assert len(states["tasks"]) == cfg.callbacks.sim_eval.episodes_per_task == 256
+    oracle = fit_cfg("experiment=sim_oracle").world_model
+    assert [oracle.task] == list(cfg.callbacks.sim_eval.tasks)
 
 
 def test_smoke_experiment_composes():

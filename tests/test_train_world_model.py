@@ -113,7 +113,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
 
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/train_world_model.yaml"))
     data = str(tiny_data / "data")
-    cfg.update(train_dirs=[data], val_dirs=[data], out_dir=str(tmp_path / "wm"), threads=1)
+    cfg.update(train_dirs=[data], val_dirs=[data], out_dir=str(tmp_path / "wm"), threads=1,
+               tasks=["red_on_plate"])
     cfg["model"].update(height=32, width=32)  # the shipped VAE layout, a 1-layer 16-wide DiT
     cfg["model"]["transformer"].update(attention_head_dim=8, ffn_dim=16, num_layers=1)
     cfg["vae_train"].update(steps=20, batch_size=2, lr=3e-3, log_every=0)
@@ -135,6 +136,11 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     tpr = m["replay_tp"] / max(m["replay_tp"] + m["replay_fn"], 1)
     tnr = m["replay_tn"] / max(m["replay_tn"] + m["replay_fp"], 1)
     assert m["replay_balanced_accuracy"] == pytest.approx(0.5 * (tpr + tnr))
+    sweep = m["replay_by_threshold"]  # one replay, every threshold: success only gets rarer
+    assert list(sweep) == ["0.5", "0.9", "0.99", "0.999"]
+    assert sweep["0.99"]["tp"] == m["replay_tp"] and sweep["0.99"]["fp"] == m["replay_fp"]
+    rates = [v["wm_success"] for v in sweep.values()]
+    assert rates == sorted(rates, reverse=True)
     assert json.loads((tmp_path / "wm" / "metrics.json").read_text())["train_clips"] == 6
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
@@ -175,6 +181,16 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     first = env.chunk_step(torch.from_numpy(T.chunk_actions(ep0, 0))[None])[4]["frames"]
     # (batch size 2 vs 1: convolutions may round differently, so not bit-exact)
     assert np.abs(f[:8].astype(int) - first[0].numpy().astype(int)).max() <= 2
+
+
+def test_success_confusion_hand_checked():
+    wm = np.array([1, 1, 1, 0, 0, 1], bool)   # imagined
+    sim = np.array([1, 0, 0, 0, 1, 1], bool)  # simulator
+    c = T.success_confusion(wm, sim)
+    assert (c["tp"], c["tn"], c["fp"], c["fn"]) == (2, 1, 2, 1)
+    # TPR 2/3, TNR 1/3 -> 0.5: this world model's success says nothing
+    assert c["balanced_accuracy"] == pytest.approx(0.5)
+    assert c["agreement"] == pytest.approx(0.5) and c["wm_success"] == pytest.approx(4 / 6)
 
 
 def test_foreground_weights_hand_checked():

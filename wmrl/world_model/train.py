@@ -376,39 +376,57 @@ def open_loop_replay(env, episodes: Sequence, n_chunks: int, chunk: int = CHUNK,
     return infos
 
 
+REPLAY_THRESHOLDS = (0.5, 0.9, 0.99, 0.999)
+
+
+def success_confusion(wm: np.ndarray, sim: np.ndarray) -> dict:
+    """Confusion counts of imagined (``wm``) vs simulated (``sim``) success and the balanced
+    accuracy 0.5 * (TPR + TNR): 0.5 = the imagined outcome says nothing about the real one
+    (agreement alone looks fine when nearly every episode fails)."""
+    tp, tn = int((wm & sim).sum()), int((~wm & ~sim).sum())
+    fp, fn = int((wm & ~sim).sum()), int((~wm & sim).sum())
+    tpr, tnr = tp / max(tp + fn, 1), tn / max(tn + fp, 1)
+    return {"agreement": (tp + tn) / max(len(wm), 1), "balanced_accuracy": 0.5 * (tpr + tnr),
+            "wm_success": float(wm.mean()), "tp": tp, "tn": tn, "fp": fp, "fn": fn}
+
+
 @torch.no_grad()
 def replay_agreement(env_factory: Callable[[int, object], object], episodes: Sequence,
                      chunk: int = CHUNK, max_chunks: int | None = None,
-                     batch_size: int = 64) -> dict:
+                     batch_size: int = 64, success_threshold: float = 0.5,
+                     thresholds: Sequence[float] = REPLAY_THRESHOLDS) -> dict:
     """Open-loop replay: each held-out episode's actions, chunk by chunk, through a
     ``WanWorldModelEnv`` started from the episode's first frame; the world model's success
     (learned reward on imagined frames) vs the simulator's (the episode's privileged label
-    over the same actions). ``env_factory(num_envs, initial_states)`` builds the env; episodes
-    go through it ``batch_size`` at a time."""
-    wm, sim, wall = [], [], 0.0
+    over the same actions). ``env_factory(num_envs, initial_states)`` builds the env, whose
+    reward must return raw p(success) (not rounded); episodes go through it ``batch_size``
+    at a time, never terminated, so one replay scores every threshold: imagined success at
+    threshold h = max_t p_t >= h (what the env's termination at h would give, success being
+    sticky). ``replay_*`` keys are at ``success_threshold``; ``replay_by_threshold`` holds
+    the sweep over ``thresholds``."""
+    peak, sim, wall = [], [], 0.0
     for i in range(0, len(episodes), batch_size):
         eps = episodes[i : i + batch_size]
         env = env_factory(len(eps), episode_initial_states(eps))
+        env.success_threshold = float("inf")  # never terminate: score all chunks
         n_chunks = max(math.ceil(len(ep) / chunk) for ep in eps)
         if max_chunks is not None:
             n_chunks = min(n_chunks, max_chunks)
         t0 = time.perf_counter()
-        info = open_loop_replay(env, eps, n_chunks, chunk, stop_when_done=True)[-1]
+        infos = open_loop_replay(env, eps, n_chunks, chunk)
         wall += time.perf_counter() - t0
-        wm.append(info["success"].cpu().numpy().astype(bool))
+        # chunks past an episode's end are hold actions: the block stays where it was
+        peak.append(torch.stack([inf["scores"].amax(1) for inf in infos], 1).amax(1).numpy())
         sim.append(np.array([ep.success_labels[: n_chunks * chunk + 1].any() for ep in eps]))
-    wm, sim = np.concatenate(wm), np.concatenate(sim)
-    b = len(wm)
-    tp, tn = int((wm & sim).sum()), int((~wm & ~sim).sum())
-    fp, fn = int((wm & ~sim).sum()), int((~wm & sim).sum())
-    # balanced accuracy: 0.5 = the imagined outcome says nothing about the simulator's
-    # (agreement alone looks fine when nearly every episode fails)
-    tpr, tnr = tp / max(tp + fn, 1), tn / max(tn + fp, 1)
-    return {"replay_episodes": b, "replay_agreement": (tp + tn) / b,
-            "replay_balanced_accuracy": 0.5 * (tpr + tnr),
-            "replay_wm_success": float(wm.mean()), "replay_sim_success": float(sim.mean()),
-            "replay_tp": tp, "replay_tn": tn, "replay_fp": fp, "replay_fn": fn,
-            "replay_seconds": wall}
+    peak, sim = np.concatenate(peak), np.concatenate(sim)
+    out = {"replay_episodes": len(peak), "replay_sim_success": float(sim.mean()),
+           "replay_success_threshold": float(success_threshold)}
+    out.update({f"replay_{k}": v for k, v in success_confusion(peak >= success_threshold,
+                                                              sim).items()})
+    out["replay_by_threshold"] = {str(h): success_confusion(peak >= h, sim)
+                                  for h in thresholds}
+    out["replay_seconds"] = wall
+    return out
 
 
 def chunk_actions(ep, c: int, chunk: int = CHUNK) -> np.ndarray:
