@@ -21,6 +21,10 @@ class PhaseOffloadCallback(Callback):
     rollout runs with the trainer off the device), onload at the start of each training batch.
     ``history`` keeps the last ``keep`` (hook, MoveStats) pairs; seconds and bytes are logged
     as ``offload/seconds``, ``offload/gb`` when ``log_stats``.
+
+    Inactive when ``placements`` is given and the DataModule's ``placement`` is not among them
+    (the fit config lists ``[collocated]``: only there do rollouts share the trainer's device;
+    on a CPU trainer the moves are no-ops).
     """
 
     def __init__(
@@ -32,6 +36,7 @@ class PhaseOffloadCallback(Callback):
         pin_memory: bool = False,
         log_stats: bool = True,
         keep: int = 100,
+        placements: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         if onload_on not in _ONLOAD_HOOKS:
             raise ValueError(f"phase_offload.onload_on={onload_on!r}: one of {_ONLOAD_HOOKS}.")
@@ -45,8 +50,13 @@ class PhaseOffloadCallback(Callback):
         self.pin_memory = pin_memory
         self.log_stats = log_stats
         self.keep = keep
+        self.placements = None if placements is None else tuple(placements)
         self.history: list[tuple[str, MoveStats]] = []
         self.offloaded = False
+
+    def active(self, trainer: pl.Trainer) -> bool:
+        placement = getattr(trainer.datamodule, "placement", None)
+        return self.placements is None or placement in self.placements
 
     def _optimizers(self, trainer: pl.Trainer) -> list[Any]:
         if not self.offload_optimizer:
@@ -61,7 +71,7 @@ class PhaseOffloadCallback(Callback):
             pl_module.log(f"{kind}/gb", stats.bytes / 1e9, on_step=True, on_epoch=False)
 
     def do_offload(self, trainer: pl.Trainer, pl_module: pl.LightningModule, hook: str) -> None:
-        if self.offloaded:
+        if self.offloaded or not self.active(trainer):
             return
         opts = self._optimizers(trainer)
         stats = offload(pl_module, opts[0], self.device, self.pin_memory)

@@ -36,6 +36,7 @@ FAMILIES: dict[str, DeviceFamily] = {
     "musa": DeviceFamily(
         "musa", "torch_musa", "mccl", ("MUSA_VISIBLE_DEVICES", "MTHREADS_VISIBLE_DEVICES")
     ),
+    "xpu": DeviceFamily("xpu", None, "xccl", ("ONEAPI_DEVICE_SELECTOR", "ZE_AFFINITY_MASK")),
 }
 
 # Visible-device variables as the process started; compared later to catch in-process rewrites.
@@ -141,6 +142,49 @@ def visible_devices(device_type: str) -> dict[str, str]:
     if device_type == "cpu":
         return {}
     return {k: os.environ[k] for k in family(device_type).visible_env if k in os.environ}
+
+
+def visible_ids(device_type: str, env: dict | None = None) -> list[str] | None:
+    """The card ids this process may see, from the first visible-device variable that is set
+    (e.g. ``CUDA_VISIBLE_DEVICES=4,5`` -> ``["4", "5"]``); None when no variable restricts
+    them. Read only."""
+    if device_type == "cpu":
+        return None
+    env = os.environ if env is None else env
+    for name in family(device_type).visible_env:
+        if env.get(name) is not None:
+            value = env[name].rpartition(":")[2]  # ONEAPI_DEVICE_SELECTOR=level_zero:0,1
+            return [x.strip() for x in value.split(",") if x.strip()]
+    return None
+
+
+def physical_id(device_type: str, index: int, env: dict | None = None) -> str:
+    """The id of this process's device ``index`` as the machine names it (the entry of the
+    visible-device list, or the index itself when no list restricts the cards): what another
+    process on the node needs to find the same card."""
+    ids = visible_ids(device_type, env)
+    if ids is None:
+        return str(index)
+    if not 0 <= index < len(ids):
+        raise RuntimeError(f"{device_type}:{index} is not visible here ({ids})")
+    return ids[index]
+
+
+def local_index(device_type: str, card: str, env: dict | None = None) -> int:
+    """This process's index of the machine's card ``card`` (a physical id): its position in
+    the visible-device list, or the id itself when no list restricts the cards. Raises when
+    the list hides the card: restrict devices at the launcher, never by rewriting the list."""
+    ids = visible_ids(device_type, env)
+    if ids is None:
+        return int(card)
+    if card not in ids:
+        var = next(n for n in family(device_type).visible_env if (env or os.environ).get(n))
+        raise RuntimeError(
+            f"{device_type} card {card} is not visible in this process ({var}={','.join(ids)}); "
+            f"the scheduler must leave it visible (for a Ray actor that shares the trainer's "
+            f"card: RAY_EXPERIMENTAL_NOSET_{var}=1 in its runtime_env)"
+        )
+    return ids.index(card)
 
 
 def check_visible_devices_unchanged(device_type: str) -> None:

@@ -53,7 +53,9 @@ class HybridShardStrategy(ModelParallelStrategy):
             keeps the in-node reduce-scatter but skips the cross-replica all-reduce; ``"none"``
             skips both (unsharded gradients accumulate: more memory, no communication).
         gradient_clip_norm: when set, clip by the global norm over the whole mesh in
-            ``optimizer_step`` (use this instead of ``Trainer(gradient_clip_val=...)``).
+            ``optimizer_step`` (use this instead of ``Trainer(gradient_clip_val=...)``). Leave
+            None when the LightningModule clips itself: under manual optimization its
+            ``opt.step()`` also runs through ``optimizer_step``, so both would clip.
         stagger_s: local rank ``i`` sleeps ``i * stagger_s`` seconds before its first device call.
         save_distributed_checkpoint: sharded DCP directory (True) or one full file on rank 0.
         process_group_backend: default ``"gloo"`` on CPU, ``"cpu:gloo,<dev>:<backend>"`` otherwise.

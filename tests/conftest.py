@@ -12,7 +12,9 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One real local Ray for the whole session; workers can import tests/toys.py."""
+    """One real local Ray for the whole session; workers can import tests/toys.py. It declares
+    fake accelerators and a custom resource (4 GPU, 2 NPU, 2 render) so placement tests see
+    Ray assign ids; nothing computes on them (RolloutDataModule(compute_on_cpu=True))."""
     import ray
 
     paths = [TESTS_DIR, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
@@ -20,6 +22,7 @@ def ray_local():
     if TESTS_DIR not in sys.path:
         sys.path.insert(0, TESTS_DIR)
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, num_gpus=4, resources={"NPU": 2, "render": 2},
+                 include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

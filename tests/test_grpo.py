@@ -140,3 +140,22 @@ def test_gradient_sign_raises_logprob_of_positive_advantage():
     loss, _ = policy_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), torch.ones(2, 1))
     loss.backward()
     assert lp.grad[0, 0] < 0 < lp.grad[1, 0]  # descent raises row 0, lowers row 1
+
+
+def test_global_normalisers_make_rank_weights_slices_of_the_union():
+    """Ranks holding row blocks of a batch, with the normalisers summed over ranks, get
+    exactly the union's weights (the module then multiplies by R against gradient averaging);
+    without them a rank normalises by its own counts."""
+    torch.manual_seed(0)
+    mask = torch.rand(7, 5) > 0.4
+    mask[:, 0] = True
+    blocks = (slice(0, 1), slice(1, 1), slice(1, 7))  # 1 row, no row (all filtered), 6 rows
+    for agg in ("traj-mean", "token-mean", "seq-mean-token-sum"):
+        whole = aggregation_weights(mask, agg)
+        assert torch.equal(aggregation_weights(mask, agg, rows=None, tokens=None), whole)
+        parts = [aggregation_weights(mask[b], agg, rows=7, tokens=int(mask.sum()))
+                 for b in blocks]
+        torch.testing.assert_close(torch.cat(parts), whole, rtol=1e-6, atol=0)
+        assert parts[1].shape == (0, 5)
+        local = aggregation_weights(mask[blocks[0]], agg)  # its own normaliser: far too big
+        assert local.sum() > 1.5 * whole[blocks[0]].sum()

@@ -81,5 +81,13 @@ def validate(cfg: DictConfig) -> None:
             f"algorithm.global_batch={a.global_batch} is not divisible by "
             f"algorithm.micro_batch={a.micro_batch}"
         )
+    strategy = cfg.get("strategy") or {}
+    if strategy.get("gradient_clip_norm") is not None and a.get("grad_clip") is not None:
+        raise ConfigError(
+            f"strategy.gradient_clip_norm={strategy.gradient_clip_norm} and algorithm.grad_clip="
+            f"{a.grad_clip} would clip every gradient twice (GRPOModule's optimizer steps go "
+            "through the strategy): set strategy.gradient_clip_norm=null (the module clips by "
+            "the global norm) or algorithm.grad_clip=null"
+        )
     if cfg.get("ckpt_path") and not os.path.exists(cfg.ckpt_path):
         raise ConfigError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a saved .ckpt file")

@@ -12,6 +12,15 @@ made with the current weights) ->
 3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping.
 
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
+
+Data-parallel ranks (DDP, FSDP2): the loss normalisers (kept trajectories, valid tokens) are
+summed over ranks and the weights multiplied by the world size, which the strategy's gradient
+averaging divides out again, so R ranks holding B_1..B_R take exactly the optimizer step one
+rank takes on their union (one mini-batch per batch; with several, each rank shuffles and
+splits its own samples). Ranks are padded to the same micro-batch count with zero-weight
+samples (a rank that keeps no group runs only those). Gradients are clipped here, once, by
+their global norm (``grad_clip``); a strategy must not clip again (``config.validate``).
+The train/* metrics are reduced over ranks (exact for the union); rollout/* are per rank.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ class GRPOModule(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-5,
         weight_decay: float = 0.01,
-        grad_clip: float = 1.0,
+        grad_clip: float | None = 1.0,
         clip_low: float = 0.2,
         clip_high: float = 0.28,
         dual_clip: float | None = None,
@@ -132,7 +141,16 @@ class GRPOModule(L.LightningModule):
         }
         rows = keep.nonzero().squeeze(1)
         token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
-        weights = grpo.aggregation_weights(token_mask, self.aggregation).view(-1, k, per_chunk)
+        world = self.trainer.world_size
+        if world == 1:
+            weights = grpo.aggregation_weights(token_mask, self.aggregation)
+        else:
+            # the union's normalisers, and x world size against the strategy's gradient mean:
+            # sum_r (rank r's gradient) / R = the gradient of one rank on the union batch
+            n_rows, n_tokens = self._sum_over_ranks([len(rows), int(token_mask.sum())])
+            weights = grpo.aggregation_weights(token_mask, self.aggregation,
+                                               rows=n_rows, tokens=n_tokens) * world
+        weights = weights.view(-1, k, per_chunk)
         traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # the valid samples
         src, adv, w = rows[traj], advantages[rows][traj], weights[traj, chunk]
         # every rank must run the same micro-batches (FSDP collectives): pad to the largest
@@ -168,6 +186,10 @@ class GRPOModule(L.LightningModule):
         t = torch.tensor(n, device=self.device)
         return int(self.trainer.strategy.reduce(t, reduce_op="max"))
 
+    def _sum_over_ranks(self, counts: list[int]) -> list[int]:
+        t = torch.tensor(counts, dtype=torch.long, device=self.device)
+        return self.trainer.strategy.reduce(t, reduce_op="sum").tolist()
+
     def _optimize(self, s: dict[str, Any]) -> dict[str, float]:
         opt = self.optimizers()
         total = s["tokens"].shape[0]
@@ -193,6 +215,15 @@ class GRPOModule(L.LightningModule):
                 with Tracer.trace_span("trainer.optimizer_step"):
                     norm_sum = norm_sum + self._clip_and_step(opt)
                 steps += 1
+        world = self.trainer.world_size
+        if world > 1:
+            # every rank's loss is R x its share of the union's loss (see update): the mean
+            # over ranks is the union's loss; token sums add up; grad_norm is already global
+            sums = self.trainer.strategy.reduce(
+                torch.stack([*token_sums.values(), valid, loss_sum / world]), reduce_op="sum")
+            token_sums = dict(zip(token_sums, sums[:-2]))
+            valid, loss_sum = sums[-2], sums[-1]
+            ratio_max = self.trainer.strategy.reduce(ratio_max, reduce_op="max")
         names = list(token_sums) + ["loss", "grad_norm", "ratio_max"]
         values = torch.stack([v / valid.clamp(min=1) for v in token_sums.values()]
                              + [loss_sum / steps, norm_sum / steps, ratio_max]).tolist()
@@ -218,9 +249,15 @@ class GRPOModule(L.LightningModule):
         return loss, m, n_valid
 
     def _clip_and_step(self, opt: Any) -> torch.Tensor:
-        """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor."""
+        """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor.
+
+        The only gradient clipping of a run (``grad_clip``; None = measure, don't clip). The
+        norm is global: the gradients are already averaged over ranks here (DDP all-reduce,
+        FSDP2 reduce-scatter), and under FSDP2 they are DTensor shards whose norm torch
+        reduces over the mesh, so every rank scales by the same union-batch norm."""
         params = [p for p in self.policy.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if params else None
+        max_norm = float("inf") if self.grad_clip is None else self.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else None
         opt.step()
         opt.zero_grad(set_to_none=True)
         if norm is None:

@@ -28,6 +28,14 @@ Aggregation over valid tokens (L_i = number of valid tokens of row i)::
 Rows with no valid token contribute zero (never NaN). Every aggregation is a weighted sum
 ``sum w[i,t] l[i,t]``; ``aggregation_weights`` returns those weights so a caller that splits a
 batch into micro-batches can sum micro-batch losses and get exactly the full-batch loss.
+
+Across data-parallel ranks (``aggregation_weights(..., rows=, tokens=)``): split the batch
+into rank batches B_1 ... B_R and let N = sum_r N_r (kept rows) and M = sum_r M_r (valid
+tokens) be the normalisers summed over ranks. Rank r's weights computed with N and M in
+place of its own counts are exactly the union batch's weights restricted to B_r, so
+sum_r loss_r = the union's loss. A strategy that averages gradients over ranks (DDP, FSDP2)
+divides that sum by R, so the caller multiplies the weights by R (not done here: this
+module knows nothing of ranks).
 """
 
 from __future__ import annotations
@@ -89,15 +97,32 @@ def informative_groups(success: torch.Tensor, group_size: int) -> torch.Tensor:
     return keep.expand_as(g).reshape(-1)
 
 
-def aggregation_weights(mask: torch.Tensor, aggregation: str = "traj-mean") -> torch.Tensor:
-    """mask [N, L] -> weights [N, L] so that loss = sum(weights * per_token_loss)."""
+def aggregation_weights(
+    mask: torch.Tensor,
+    aggregation: str = "traj-mean",
+    rows: float | None = None,
+    tokens: float | None = None,
+) -> torch.Tensor:
+    """mask [N, L] -> weights [N, L] so that loss = sum(weights * per_token_loss).
+
+    ``rows`` / ``tokens`` replace the normalisers N (rows of ``mask``, used by traj-mean and
+    seq-mean-token-sum) and sum(mask) (token-mean) - e.g. their sums over all data-parallel
+    ranks, so each rank's weights are its slice of the union batch's weights::
+
+        traj-mean           w[i,t] = m[i,t] / L_i / rows
+        token-mean          w[i,t] = m[i,t] / tokens
+        seq-mean-token-sum  w[i,t] = m[i,t] / rows
+
+    (each normaliser clamped to >= 1). None (the default) = this batch's own count."""
     m = mask.float()
-    n_rows = max(m.shape[0], 1)
+    n_rows = max(m.shape[0], 1) if rows is None else max(float(rows), 1.0)
     if aggregation == "traj-mean":
         per_row = m.sum(dim=1, keepdim=True)
         return m / per_row.clamp(min=1.0) / n_rows
     if aggregation == "token-mean":
-        return m / m.sum().clamp(min=1.0)
+        if tokens is None:
+            return m / m.sum().clamp(min=1.0)
+        return m / max(float(tokens), 1.0)
     if aggregation == "seq-mean-token-sum":
         return m / n_rows
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")

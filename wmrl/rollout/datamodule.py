@@ -4,6 +4,13 @@ Each ``next()`` on the train stream runs ``rollout_epochs`` episodes of every en
 actors and returns one trajectory batch (see ``wmrl.rollout.engine``). Rollouts are made
 lazily, when the trainer asks for the batch, so they always use the weights of the last
 optimizer step (the GRPOModule pulls batches itself: no prefetch of stale rollouts).
+
+Every trainer rank starts its own actors. Where they run (``wmrl.rollout.placement``): env
+and policy actors ask Ray for ``env_resources`` / ``policy_resources`` and compute on the
+card Ray assigned them; collocated actors run on their trainer rank's node and share its
+card. Weights go to the policy actors through the Ray object store (``transport: cpu``) or
+over a process group of the trainer rank and its policy actors that ``setup`` builds
+(``gloo`` / ``device``: NCCL, RCCL, HCCL, MCCL).
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import ray
 import torch
 
 from wmrl.config import to_container
+from wmrl.rollout import placement as place
 from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
+from wmrl.rollout.sync_group import SyncGroup, free_port
 from wmrl.rollout.weight_sync import WeightSender, push_weights
 from wmrl.rollout.workers import RolloutActor
 
@@ -39,6 +48,10 @@ class RolloutDataModule(L.LightningDataModule):
         num_rollout_workers: int = 1,
         worker_cpus: float = 1.0,
         worker_threads: int | None = 1,
+        device: str = "auto",
+        env_resources: dict | None = None,
+        policy_resources: dict | None = None,
+        compute_on_cpu: bool = False,
         ray_address: str | None = None,
         ray_num_cpus: int | None = None,
         actor_start_timeout_s: float = 600.0,
@@ -64,6 +77,12 @@ class RolloutDataModule(L.LightningDataModule):
         self.num_rollout_workers = num_rollout_workers
         self.worker_cpus = worker_cpus
         self.worker_threads = worker_threads
+        self.device = device
+        self.env_resources = dict(to_container(env_resources) or {})
+        self.policy_resources = dict(to_container(policy_resources) or {})
+        place.check_roles(device, placement, {"env": self.env_resources,
+                                              "policy": self.policy_resources})
+        self.compute_on_cpu = compute_on_cpu  # test switch: resolve devices, compute on CPU
         self.ray_address = ray_address
         self.ray_num_cpus = ray_num_cpus
         self.actor_start_timeout_s = actor_start_timeout_s
@@ -77,6 +96,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.trace_events: list[dict] = []  # actors' events of the last step(s)
         self._started_ray = False
         self.last_timing: dict[str, float] = {}
+        self.sync_group: SyncGroup | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
     @property
@@ -87,6 +107,15 @@ class RolloutDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.plan is not None:
             return
+        t = self.trainer
+        if t is None:
+            self.start()
+        else:
+            self.start(t.global_rank, t.world_size, t.strategy.root_device)
+
+    def start(self, rank: int = 0, world_size: int = 1,
+              trainer_device: torch.device | str = "cpu") -> None:
+        """Start (or join) Ray and this trainer rank's actors, then the weight-sync group."""
         if not ray.is_initialized():
             if self.ray_address:
                 ray.init(address=self.ray_address, log_to_driver=False)
@@ -94,11 +123,13 @@ class RolloutDataModule(L.LightningDataModule):
                 ray.init(num_cpus=self.ray_num_cpus, include_dashboard=False,
                          log_to_driver=False)
                 self._started_ray = True
-        if self.trainer is not None and self.trainer.world_size > 1:
-            # every trainer rank drives its own actors: give each different episodes
-            self.seed += 7919 * self.trainer.global_rank
-        self.plan = self.build_plan()
+        # every trainer rank drives its own actors: give each different episodes
+        self.seed += 7919 * rank
+        self.trainer_device = torch.device(trainer_device)
+        self.plan = self.build_plan(world_size)
         self._wait_for_actors()
+        if self.sender.transport != "cpu":
+            self._connect_sync_group()
 
     def _wait_for_actors(self) -> None:
         """Fail loudly (not hang) when Ray cannot place the actors."""
@@ -106,37 +137,74 @@ class RolloutDataModule(L.LightningDataModule):
             ray.get([a.ready.remote() for a in self.plan.actors],
                     timeout=self.actor_start_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            need = len(self.plan.actors) * self.worker_cpus
-            have = ray.cluster_resources().get("CPU", 0)
             raise RuntimeError(
                 f"rollout actors did not start within rollout.actor_start_timeout_s="
-                f"{self.actor_start_timeout_s}: they need {need} CPUs "
-                f"({len(self.plan.actors)} actors x rollout.worker_cpus={self.worker_cpus}; "
-                f"more per trainer rank) and the Ray cluster has {have} in all. Lower "
-                "rollout.worker_cpus or give Ray more resources.") from None
+                f"{self.actor_start_timeout_s}: the Ray cluster has "
+                f"{ray.available_resources()} free of {ray.cluster_resources()}; other jobs "
+                "may hold what they need.") from None
 
-    def build_plan(self) -> RolloutPlan:
-        actor = ray.remote(RolloutActor).options(num_cpus=self.worker_cpus)
+    def _options(self) -> dict[str, tuple[dict, int, str]]:
+        """Ray options per role: config key -> (options, actors of this rank, role)."""
+        cpus = self.worker_cpus
+        if self.placement == "collocated":
+            # share the trainer rank's card and node: request no card, pin to the node
+            opts = place.actor_options(self.env_resources, cpus,
+                                       node_id=ray.get_runtime_context().get_node_id(),
+                                       shared_type=self.trainer_device.type)
+            return {"rollout.env_resources": (opts, self.num_env_workers, "collocated")}
+        return {
+            "rollout.env_resources": (place.actor_options(self.env_resources, cpus),
+                                      self.num_env_workers, "env"),
+            "rollout.policy_resources": (place.actor_options(self.policy_resources, cpus),
+                                         self.num_rollout_workers, "policy"),
+        }
+
+    def build_plan(self, world_size: int = 1) -> RolloutPlan:
+        roles = self._options()
+        place.check_cluster({key: place.request_of(opts, n) for key, (opts, n, _) in roles.items()},
+                            ray.cluster_resources(), ranks=world_size)
         env = dict(self.env_cfg, num_envs=self.num_envs // self.num_env_workers,
                    group_size=self.group_size, chunk=self.chunk,
                    max_episode_steps=self.max_episode_steps)
-        common = dict(stages=self.stages, num_threads=self.worker_threads,
-                      tracing=self.tracing)
+        common = dict(stages=self.stages, num_threads=self.worker_threads, tracing=self.tracing,
+                      device=self.device, compute_on_cpu=self.compute_on_cpu)
         policy = dict(policy=self.policy_cfg, zero_copy_weights=self.zero_copy_weights)
+        actors: dict[str, list] = {}
+        for opts, n, role in roles.values():
+            actor = ray.remote(RolloutActor).options(**opts)
+            kw = {"env": dict(env=env), "policy": policy,
+                  "collocated": dict(env=env, **policy,
+                                     shared_device=place.shared_card(self.trainer_device))}[role]
+            actors[role] = [actor.remote(**kw, **common, name=f"{role}-{i}") for i in range(n)]
         if self.placement == "collocated":
-            both = [actor.remote(env=env, **policy, **common, name=f"collocated-{i}")
-                    for i in range(self.num_env_workers)]
+            both = actors["collocated"]
             return RolloutPlan(both, both, self.stages, collocated=True)
-        envs = [actor.remote(env=env, **common, name=f"env-{i}")
-                for i in range(self.num_env_workers)]
-        policies = [actor.remote(**policy, **common, name=f"policy-{i}")
-                    for i in range(self.num_rollout_workers)]
-        return RolloutPlan(envs, policies, self.stages)
+        return RolloutPlan(actors["env"], actors["policy"], self.stages)
+
+    def _connect_sync_group(self) -> None:
+        """The trainer rank (group rank 0) and its policy actors form the weight-sync group:
+        gloo, plus the device's collective library for ``transport: device``."""
+        host = ray.util.get_node_ip_address()
+        port = free_port()
+        workers = self.rollout_workers
+        size = 1 + len(workers)
+        timeout = self.actor_start_timeout_s
+        joined = [a.join_sync_group.remote(host, port, i + 1, size, timeout)
+                  for i, a in enumerate(workers)]
+        device = self.trainer_device if self.sender.transport == "device" else "cpu"
+        self.sync_group = SyncGroup(host, port, 0, size, device, timeout)
+        ray.get(joined, timeout=timeout)
+        self.sender.use_group(self.sync_group, device)
+
+    def placement_report(self) -> list[dict]:
+        """Every actor's node, Ray accelerator ids and resolved device."""
+        return ray.get([a.placement_info.remote() for a in self.plan.actors])
 
     def teardown(self, stage: str | None = None) -> None:
         for a in self.plan.actors if self.plan else []:
             ray.kill(a)
         self.plan = None
+        self.sync_group = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -155,6 +223,8 @@ class RolloutDataModule(L.LightningDataModule):
         start = time.time()
         batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
                                  self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step)
+        if self.plan.collocated:  # free the device for the trainer's update
+            ray.get([a.rest.remote() for a in self.plan.actors])
         end = time.time()
         self.rollout_step += 1
         records = ray.get([a.pop_step_record.remote() for a in self.plan.actors])

@@ -12,8 +12,9 @@ Transports
               copy that puts it. A worker's ``ray.get`` returns read-only views into shared
               memory and copies each view straight into its parameter (no dict of tensors),
               or, with ``WeightReceiver(zero_copy=True)``, points its parameters at them.
-  ``gloo``    each bucket is flattened on the trainer and broadcast over a torch.distributed
-              gloo group (CPU tensors) that the caller built between trainer and workers.
+  ``gloo``    each bucket is flattened on the trainer and broadcast over the gloo backend of
+              the trainer rank's :class:`~wmrl.rollout.sync_group.SyncGroup` with its
+              policy actors (``RolloutDataModule`` builds it), or a torch.distributed group.
   ``device``  the same collective code on the accelerator (NCCL/RCCL/HCCL/MCCL group): fails
               at construction when the process has no accelerator. A worker that rejects a
               sync still receives (and drops) its broadcasts, so the trainer never hangs.
@@ -43,6 +44,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from wmrl.rollout.sync_group import broadcast
 
 TRANSPORTS = ("cpu", "gloo", "device")
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -215,6 +218,16 @@ class WeightSender:
         self._last_version: int | None = None
         self._pending: tuple[int, list] | None = None  # collective: data waiting for send()
 
+    def use_group(self, group: Any, device: torch.device | str | None = None) -> None:
+        """Send over ``group`` (e.g. a :class:`~wmrl.rollout.sync_group.SyncGroup`), staging
+        device-transport buckets on ``device`` (the trainer rank's; default: current)."""
+        self.group = group
+        if self.transport == "device" and device is not None:
+            self.device = self._data_device = torch.device(device)
+            self._last = None  # delta bits live on the staging device
+            self._buf = None
+            self.reset()
+
     def reset(self) -> None:
         """Forget what was sent: the next sync is full (after a failed push or a new worker)."""
         self._last_version = None
@@ -334,8 +347,6 @@ class WeightSender:
             )
         _, data = self._pending
         self._pending = None
-        import torch.distributed as dist
-
         for b, entry in enumerate(data):
             if isinstance(entry, DeltaBucket):
                 tensors = [entry.indices, entry.values]
@@ -348,7 +359,7 @@ class WeightSender:
             else:
                 tensors = [entry]
             for t in tensors:  # as bytes: gloo has no int16 (the bits of bf16/fp16)
-                dist.broadcast(t.view(torch.uint8), group=self.group, group_src=self.group_src)
+                broadcast(t.view(torch.uint8), self.group, self.group_src)
 
     def _send_buffer(self, nbytes: int) -> torch.Tensor:
         buf = getattr(self, "_buf", None)
@@ -549,8 +560,6 @@ class WeightReceiver:
 
     def _apply_collective(self, p: SyncPayload, drain: bool = False) -> None:
         """Receive every broadcast of ``p`` in order; ``drain``: receive and discard."""
-        import torch.distributed as dist
-
         device = _collective_device(p.transport)
         try:
             for b, numel in enumerate(p.layout.bucket_numels):
@@ -562,13 +571,12 @@ class WeightReceiver:
                     idx = torch.empty(n, dtype=idx_dtype, device=device)
                     vals = torch.empty(n, dtype=bits, device=device)
                     for t in (idx, vals):
-                        dist.broadcast(t.view(torch.uint8), group=self.group,
-                                       group_src=p.group_src)
+                        broadcast(t.view(torch.uint8), self.group, p.group_src)
                     if not drain:
                         self._scatter(slots, idx, vals)
                     continue
                 flat = self._recv_buffer(numel * bits.itemsize, device).view(bits)
-                dist.broadcast(flat.view(torch.uint8), group=self.group, group_src=p.group_src)
+                broadcast(flat.view(torch.uint8), self.group, p.group_src)
                 for s in slots if not drain else ():
                     self._copy(s, flat[s.offset: s.offset + s.numel])
         except BaseException as e:

@@ -2,13 +2,18 @@
 (world model + reward), or both (collocated placement). Plain class, usable in-process;
 the DataModule wraps it with ``ray.remote``.
 
+Its device comes from what the scheduler assigned (``wmrl.rollout.placement``): the
+accelerator ids Ray gave the actor, or - collocated - the trainer rank's card, passed in.
+Every ``device`` key of the env config (world model, reward) is set to it.
+
 Envs are split into ``stages`` sub-batches (whole groups each) so that, with separate env
 and policy actors, the policy samples for one stage while the world model steps another
 (hybrid placement). Every mode uses the same stages and per-call seeds, so all placements
 produce the same trajectories for the same seed.
 
-Roles exchange numpy arrays (Ray moves them through its shared-memory object store).
-When one actor holds both roles, the observation never leaves the process.
+Separate env and policy actors exchange numpy arrays (Ray moves them through its
+shared-memory object store). When one actor holds both roles, the env's observation tensor
+goes to the policy as it is, on the device: no host round trip.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from strategies import devices
 from wmrl.config import build
+from wmrl.rollout.placement import resolve_device
+from wmrl.rollout.sync_group import SyncGroup
 from wmrl.rollout.weight_sync import SyncPayload, WeightReceiver
 from wmrl.tracing import Tracer
 
@@ -38,6 +46,24 @@ def to_torch_obs(obs: dict, device: torch.device | str = "cpu") -> dict:
     return {"image": image.to(device), "task": list(obs["task"])}
 
 
+def with_device(spec: Any, device: str) -> Any:
+    """A copy of a config whose every ``device`` key (env, world model, reward) is ``device``."""
+    if isinstance(spec, dict):
+        return {k: device if k == "device" else with_device(v, device) for k, v in spec.items()}
+    if isinstance(spec, list):
+        return [with_device(v, device) for v in spec]
+    return spec
+
+
+def assigned_accelerator_ids() -> dict[str, list[str]]:
+    """The accelerator ids Ray assigned to this process ({} outside Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    return dict(ray.get_runtime_context().get_accelerator_ids())
+
+
 class RolloutActor:
     def __init__(
         self,
@@ -45,23 +71,37 @@ class RolloutActor:
         env: Any = None,
         stages: int = 1,
         num_threads: int | None = None,
-        device: str = "cpu",
+        device: str = "auto",
+        shared_device: str | None = None,
+        compute_on_cpu: bool = False,
         offload_idle: bool = True,
         zero_copy_weights: bool = False,
         name: str = "rollout",
         tracing: bool = False,
     ):
+        """``device``: rollout.device (auto | cpu | cuda | npu | musa | xpu); ``shared_device``:
+        the trainer's card (collocated), e.g. ``cuda:3``; ``compute_on_cpu``: resolve the
+        device as on an accelerator node but compute on the CPU (tests on fake resources)."""
         Tracer.configure(enabled=tracing, process_name=name)
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.device = torch.device(device)
+        self.name = name
+        self.accelerator_ids = {k: [str(i) for i in v]
+                                for k, v in assigned_accelerator_ids().items() if v}
+        self.resolved_device = resolve_device(device, self.accelerator_ids, shared_device,
+                                              role="env" if env is not None else "policy")
+        self.device = torch.device("cpu" if compute_on_cpu else self.resolved_device)
+        if self.device.type != "cpu":
+            devices.import_vendor(self.device.type)
+            torch.accelerator.set_device_index(self.device.index)  # collectives, caches
         # roles take turns on one device: move the idle one off it (no-op on CPU)
         self.offload_idle = offload_idle and policy is not None and env is not None \
             and self.device.type != "cpu"
+        self.shares_obs = policy is not None and env is not None
         self.policy = build(policy).to(self.device).eval() if policy is not None else None
         self.envs: list[Any] = []
         if env is not None:
-            env = dict(env)
+            env = with_device(dict(env), str(self.device))
             if env["num_envs"] % stages:
                 raise ValueError(f"num_envs={env['num_envs']} does not split into {stages} stages")
             env["num_envs"] //= stages
@@ -70,46 +110,75 @@ class RolloutActor:
         # version -1 until the first sync; zero-copy aliases the object store (CPU only)
         self.weights = WeightReceiver(self.policy, zero_copy=zero_copy_weights and
                                       self.device.type == "cpu") if self.policy else None
-        self.last_obs: dict[int, dict] = {}
+        self.last_obs: dict[int, dict] = {}  # collocated: the env's obs for the policy
+        self.last_actions: dict[int, torch.Tensor] = {}  # and the policy's actions for the env
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
         self.reward_s = 0.0  # reward-model time inside env steps (envs that report it)
-        self.active_role: str | None = None
+        self.active_role: str | None = "all"  # both roles' models start on the device
+        self.sync_group: SyncGroup | None = None
 
     # ---- roles -------------------------------------------------------------------------
-    def _switch_to(self, role: str) -> None:
+    def _switch_to(self, role: str | None) -> None:
+        """Collocated on an accelerator: only ``role``'s models stay on the device (None:
+        neither, while the trainer updates)."""
         if not self.offload_idle or role == self.active_role:
             return
         t0 = time.time()
         env_model = [e for e in self.envs if hasattr(e, "offload")]
-        if role == "policy":
+        if role != "env":
             for e in env_model:
                 e.offload()
-            self.policy.to(self.device)
-        else:
+        if role != "policy":
             self.policy.to("cpu")
+        if role == "policy":
+            self.policy.to(self.device)
+        elif role == "env":
             for e in env_model:
                 e.onload()
         self.active_role = role
         self.busy.append(("offload", t0, time.time()))
 
+    def rest(self) -> None:
+        """End of a rollout: free the device for the trainer's update."""
+        self._switch_to(None)
+
+    def placement_info(self) -> dict:
+        """Where this actor runs: Ray's node and accelerator ids, the device it resolved."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return {"name": self.name, "node_id": node, "accelerator_ids": self.accelerator_ids,
+                "device": self.resolved_device, "compute_device": str(self.device),
+                "roles": [r for r, held in (("env", self.envs), ("policy", self.policy))
+                          if held]}
+
     def reset(self, stage: int, seed: int) -> dict:
         t0 = time.time()
         self._switch_to("env")
         with Tracer.trace_span("env.reset", stage=stage):
-            obs = to_numpy_obs(self.envs[stage].reset(seed=seed))
-        self.last_obs[stage] = obs
+            obs = self.envs[stage].reset(seed=seed)
         self.busy.append(("env", t0, time.time()))
-        return obs
+        return self._hand_over(stage, obs)
 
-    def chunk_step(self, stage: int, actions: np.ndarray) -> tuple[dict, dict]:
-        """-> (next obs, step record: [B, C] rewards/terminations/truncations, success [B])."""
+    def _hand_over(self, stage: int, obs: dict) -> dict | None:
+        """Keep the observation for this actor's policy as the env made it (a device tensor),
+        or return it as numpy for another actor's."""
+        if self.shares_obs:
+            self.last_obs[stage] = obs
+            return None
+        return to_numpy_obs(obs)
+
+    def chunk_step(self, stage: int, actions: np.ndarray | None) -> tuple[dict | None, dict]:
+        """-> (next obs, step record: [B, C] rewards/terminations/truncations, success [B]).
+        ``actions=None``: the ones this actor's own policy sampled last (collocated)."""
         t0 = time.time()
         self._switch_to("env")
         env = self.envs[stage]
+        actions = self.last_actions.pop(stage) if actions is None \
+            else torch.from_numpy(np.asarray(actions))
         reward_before = getattr(env, "timings", {}).get("reward", 0.0)
         with Tracer.trace_span("env.chunk_step", stage=stage):
-            obs, rewards, terms, truncs, info = env.chunk_step(
-                torch.from_numpy(np.asarray(actions)))
+            obs, rewards, terms, truncs, info = env.chunk_step(actions)
         self.reward_s += getattr(env, "timings", {}).get("reward", 0.0) - reward_before
         record = {
             "rewards": torch.as_tensor(rewards, dtype=torch.float32).cpu().numpy(),
@@ -117,10 +186,8 @@ class RolloutActor:
             "truncations": torch.as_tensor(truncs).bool().cpu().numpy(),
             "success": torch.as_tensor(info["success"]).bool().cpu().numpy(),
         }
-        obs = to_numpy_obs(obs)
-        self.last_obs[stage] = obs
         self.busy.append(("env", t0, time.time()))
-        return obs, record
+        return self._hand_over(stage, obs), record
 
     @torch.no_grad()
     def sample(self, stage: int, obs: dict | None, temperature: float,
@@ -136,16 +203,26 @@ class RolloutActor:
             out = self.policy.sample(to_torch_obs(obs, self.device), temperature,
                                      self.generator)
         record = {
-            "image": obs["image"],
+            "image": to_numpy_obs(obs)["image"],  # for the trainer: device -> host once
             "task": list(obs["task"]),
             "tokens": out.tokens.cpu().numpy(),
             "logprobs": out.logprobs.float().cpu().numpy(),
             "version": version,
         }
         self.busy.append(("policy", t0, time.time()))
+        if self.shares_obs:  # the actions stay here, on the device, for this actor's env
+            self.last_actions[stage] = out.actions.float()
+            return None, record
         return out.actions.float().cpu().numpy(), record
 
     # ---- weights -----------------------------------------------------------------------
+    def join_sync_group(self, host: str, port: int, rank: int, size: int,
+                        timeout_s: float) -> int:
+        """Join the trainer rank's weight-sync group (called while the trainer joins too)."""
+        self.sync_group = SyncGroup(host, port, rank, size, self.device, timeout_s)
+        self.weights.group = self.sync_group
+        return rank
+
     def apply_weights(self, payload: SyncPayload) -> int:
         """Bucketed, versioned sync (``wmrl.rollout.weight_sync``); returns the new version."""
         with Tracer.trace_span("policy.apply_weights", version=payload.version):

@@ -1,0 +1,166 @@
+"""Placement by resources: devices derived from what Ray assigned, collocated actors on their
+trainer rank's node and card, a missing resource refused up front, weights over a gloo group."""
+
+import pytest
+import torch
+
+from strategies import devices
+from wmrl.config import ConfigError
+from wmrl.rollout import placement as place
+from wmrl.rollout.datamodule import RolloutDataModule
+from wmrl.rollout.workers import RolloutActor
+
+
+def test_visible_lists_map_cards_to_local_indices():
+    env = {"CUDA_VISIBLE_DEVICES": "4,5"}
+    assert devices.local_index("cuda", "5", env) == 1
+    assert devices.physical_id("cuda", 1, env) == "5"
+    assert devices.local_index("cuda", "3", {}) == 3  # no list: the card is the index
+    assert devices.local_index("npu", "2", {"ASCEND_RT_VISIBLE_DEVICES": "2"}) == 0
+    assert devices.local_index("xpu", "7", {"ONEAPI_DEVICE_SELECTOR": "level_zero:6,7"}) == 1
+    with pytest.raises(RuntimeError, match="card 3 is not visible.*CUDA_VISIBLE_DEVICES=4,5"):
+        devices.local_index("cuda", "3", env)
+
+
+def test_resolve_device_from_assigned_ids(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")  # Ray narrowed the list to the card it gave
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("MUSA_VISIBLE_DEVICES", raising=False)
+    assert place.resolve_device("cuda", {"GPU": ["6"]}) == "cuda:0"
+    assert place.resolve_device("auto", {"GPU": ["6"]}) == "cuda:0"
+    assert place.resolve_device("auto", {"NPU": ["1"]}) == "npu:0"
+    assert place.resolve_device("musa", {"GPU": ["3"]}) == "musa:3"  # Ray ids index MUSA cards
+    assert place.resolve_device("auto", {}) == "cpu"
+    assert place.resolve_device("cpu", {"GPU": ["6"]}) == "cpu"
+    with pytest.raises(ConfigError, match="assigned the policy actor no NPU.*policy_resources"):
+        place.resolve_device("npu", {"GPU": ["6"]}, role="policy")
+    with pytest.raises(ConfigError, match="rollout.device='tpu'"):
+        place.resolve_device("tpu", {})
+    # collocated: the trainer's card, mapped through this process's own list
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert place.shared_card("cuda:1") == "cuda:3"
+    assert place.resolve_device("auto", {}, shared="cuda:3") == "cuda:1"
+    assert place.resolve_device("auto", {}, shared="cpu") == "cpu"
+
+
+def test_config_checks_name_the_key():
+    with pytest.raises(ConfigError, match="rollout.policy_resources requests \\['GPU'\\].*collocated"):
+        place.check_roles("auto", "collocated", {"env": {}, "policy": {"GPU": 1}})
+    with pytest.raises(ConfigError, match="rollout.device=cuda but rollout.env_resources"):
+        place.check_roles("cuda", "disaggregated", {"env": {"render": 1}, "policy": {"GPU": 1}})
+    place.check_roles("cuda", "hybrid", {"env": {"GPU": 0.5}, "policy": {"GPU": 0.5}})
+    needs = {"rollout.env_resources": {"CPU": 0.5, "render": 1.0},
+             "rollout.policy_resources": {"CPU": 1.0, "GPU": 2.0}}
+    place.check_cluster(needs, {"CPU": 3, "GPU": 4, "render": 2}, ranks=2)
+    with pytest.raises(ConfigError, match="rollout.policy_resources \\(2 for this rank\\).*2 "
+                                          "trainer rank.*GPU: 4 but the Ray cluster has GPU: 3"):
+        place.check_cluster(needs, {"CPU": 3, "GPU": 3, "render": 2}, ranks=2)
+    with pytest.raises(ConfigError, match="render: 2 but the Ray cluster has render: 0"):
+        place.check_cluster(needs, {"CPU": 3, "GPU": 4}, ranks=2)
+
+
+def test_collocated_policy_gets_the_envs_tensor_object():
+    """One actor with env and policy: the observation tensor the env returned is the very
+    object the policy samples from (no numpy, no copy), and the actions stay tensors."""
+    from toys import LinearBinPolicy, ReachEnv
+
+    actor = RolloutActor(policy={"_target_": "toys.LinearBinPolicy"},
+                         env={"_target_": "toys.ReachEnv", "num_envs": 4, "group_size": 2},
+                         device="cpu")
+    env, seen = actor.envs[0], {}
+    reset, step = env.reset, env.chunk_step
+
+    def spy_reset(seed=None):
+        seen["env"] = reset(seed)["image"]
+        return {"image": seen["env"], "task": ["reach"] * 4}
+
+    def spy_step(actions):
+        seen["actions"] = actions
+        return step(actions)
+
+    def spy_sample(obs, temperature, generator=None):
+        seen["policy"] = obs["image"]
+        return LinearBinPolicy.sample(actor.policy, obs, temperature, generator)
+
+    env.reset, env.chunk_step, actor.policy.sample = spy_reset, spy_step, spy_sample
+    assert actor.reset(0, seed=1) is None  # nothing leaves the actor
+    actions, record = actor.sample(0, None, 1.0, seed=2)
+    assert actions is None and seen["policy"] is seen["env"]
+    obs, step_record = actor.chunk_step(0, None)
+    assert obs is None and isinstance(seen["actions"], torch.Tensor)
+    assert record["image"].shape == (4, 8, 8, 3) and step_record["rewards"].shape == (4, 8)
+    assert isinstance(env, ReachEnv)
+
+
+def _dm(placement, **kw):
+    base = dict(policy={"_target_": "toys.LinearBinPolicy"},
+                env={"_target_": "toys.ReachEnv", "tolerance": 0.52}, num_envs=8, group_size=4,
+                max_episode_steps=16, chunk=8, temperature=1.0, placement=placement,
+                pipeline_stages=2 if placement == "hybrid" else 1, worker_cpus=0.2,
+                compute_on_cpu=True, seed=5)
+    return RolloutDataModule(**{**base, **kw})
+
+
+CASES = {  # placement -> (DataModule overrides, device each role resolves on rank r,
+    #                        the (resource, id) pairs Ray hands out over both ranks)
+    "collocated": ({}, {"collocated": "cuda:{r}"}, []),
+    "disaggregated": ({"env_resources": {"render": 1}, "policy_resources": {"GPU": 1},
+                       "num_rollout_workers": 2, "weight_sync": {"transport": "gloo"}},
+                      {"env": "cpu", "policy": "cuda:0"},  # 2 ranks x 2 actors: 4 cards
+                      [("GPU", "0"), ("GPU", "1"), ("GPU", "2"), ("GPU", "3")]),
+    "hybrid": ({"env_resources": {"GPU": 0.5}, "policy_resources": {"NPU": 1}},
+               {"env": "cuda:0", "policy": "npu:0"},  # two halves of one card; 2 NPUs
+               [("GPU", "0"), ("GPU", "0"), ("NPU", "0"), ("NPU", "1")]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", list(CASES))
+def test_two_ranks_place_actors_by_resources(ray_local, placement):
+    ray = ray_local
+    overrides, want, cards = CASES[placement]
+    dms = [_dm(placement, **overrides) for _ in range(2)]
+    try:
+        for r, dm in enumerate(dms):  # two trainer ranks of one job on one node, card r each
+            dm.start(rank=r, world_size=2, trainer_device=f"cuda:{r}")
+        reports = [dm.placement_report() for dm in dms]
+        node = ray.get_runtime_context().get_node_id()
+        given = []
+        for r, report in enumerate(reports):
+            for info in report:
+                role = "collocated" if placement == "collocated" else info["name"].split("-")[0]
+                assert info["device"] == want[role].format(r=r), info
+                assert info["compute_device"] == "cpu"
+                if placement == "collocated":  # no card from Ray; on the trainer's node
+                    assert info["accelerator_ids"] == {} and info["node_id"] == node
+                given += [(k, i) for k, ids in info["accelerator_ids"].items() for i in ids]
+        assert sorted(given) == cards
+        # the placed actors roll out, and take weights (gloo group: trainer + 2 actors)
+        policy = dms[0].plan.policy_actors[0]
+        weights = {k: v + 0.25 for k, v in ray.get(policy.get_state.remote()).items()}
+        weights = {k: torch.from_numpy(v) for k, v in weights.items()}
+        for dm in dms:
+            dm.sync_weights(weights, version=3)
+            batch = dm.next_batch()
+            assert batch["version"] == 3 and batch["tokens"].shape == (8, 2, 56)
+        for actor in dms[0].rollout_workers:
+            got = ray.get(actor.get_state.remote())
+            assert all(torch.equal(torch.tensor(got[k]), v) for k, v in weights.items())
+        if placement == "disaggregated":
+            assert dms[0].sync_group is not None and dms[0].sync_group.size == 3
+    finally:
+        for dm in dms:
+            dm.teardown()
+
+
+@pytest.mark.slow
+def test_missing_resource_fails_before_any_actor_starts(ray_local):
+    dm = _dm("disaggregated", policy_resources={"GPU": 3})
+    with pytest.raises(ConfigError, match="rollout.policy_resources.*GPU: 6 but the Ray "
+                                          "cluster has GPU: 4"):
+        dm.start(rank=0, world_size=2)
+    assert dm.plan is None
+    dm = _dm("hybrid", env_resources={"sim_node": 1})
+    with pytest.raises(ConfigError, match="rollout.env_resources.*sim_node: 1 but the Ray "
+                                          "cluster has sim_node: 0"):
+        dm.start()
