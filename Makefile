@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: fit test test-fast lint assets bench clean install
+.PHONY: fit test test-fast lint assets bench plan clean install gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -29,6 +29,15 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) scripts/bench.py $(ARGS)
+
+# memory per role and placement for the real sizes, on the meta device (no GPU, no weights)
+plan: $(STAMP)
+	$(VPY) scripts/plan.py $(ARGS)
+
+# On a machine with a CUDA card (prints "no accelerator: skipped" elsewhere); there the same
+# torch pin installs PyPI's CUDA build.
+gpu-check: $(STAMP)
+	$(VPY) scripts/gpu_check.py $(ARGS)
 
 assets: $(STAMP)
 	$(VPY) scripts/make_assets.py $(ARGS)

@@ -67,8 +67,10 @@ class PhaseOffloadCallback(Callback):
         self.history = (self.history + [(hook, stats)])[-self.keep :]
         if self.log_stats and hook in ("on_train_batch_start", "on_train_batch_end"):
             kind = "onload" if hook == self.onload_on else "offload"
-            pl_module.log(f"{kind}/seconds", stats.seconds, on_step=True, on_epoch=False)
-            pl_module.log(f"{kind}/gb", stats.bytes / 1e9, on_step=True, on_epoch=False)
+            pl_module.log(f"{kind}/seconds", stats.seconds, on_step=True, on_epoch=False,
+                          batch_size=1)
+            pl_module.log(f"{kind}/gb", stats.bytes / 1e9, on_step=True, on_epoch=False,
+                          batch_size=1)
 
     def do_offload(self, trainer: pl.Trainer, pl_module: pl.LightningModule, hook: str) -> None:
         if self.offloaded or not self.active(trainer):

@@ -8,13 +8,27 @@ ROOT = os.path.dirname(TESTS_DIR)
 CONF_DIR = os.path.join(ROOT, "conf")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+REAL_DEVICES = os.environ.get("WMRL_REAL_DEVICES") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Device tests need real cards in Ray (``make gpu-check``); fake-resource placement tests
+    need the fake ones."""
+    import torch
+
+    for item in items:
+        if "gpu" in item.keywords and not (REAL_DEVICES and torch.cuda.is_available()):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device: make gpu-check"))
+        if "fake_resources" in item.keywords and REAL_DEVICES:
+            item.add_marker(pytest.mark.skip(reason="runs on Ray's fake resources"))
 
 
 @pytest.fixture(scope="session")
 def ray_local():
     """One real local Ray for the whole session; workers can import tests/toys.py. It declares
     fake accelerators and a custom resource (4 GPU, 2 NPU, 2 render) so placement tests see
-    Ray assign ids; nothing computes on them (RolloutDataModule(compute_on_cpu=True))."""
+    Ray assign ids; nothing computes on them (RolloutDataModule(compute_on_cpu=True)).
+    ``WMRL_REAL_DEVICES=1`` (``make gpu-check``): Ray counts the machine's real cards."""
     import ray
 
     paths = [TESTS_DIR, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
@@ -22,7 +36,7 @@ def ray_local():
     if TESTS_DIR not in sys.path:
         sys.path.insert(0, TESTS_DIR)
     if not ray.is_initialized():
-        ray.init(num_cpus=2, num_gpus=4, resources={"NPU": 2, "render": 2},
-                 include_dashboard=False, log_to_driver=False)
+        fake = {} if REAL_DEVICES else dict(num_gpus=4, resources={"NPU": 2, "render": 2})
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **fake)
     yield ray
     ray.shutdown()

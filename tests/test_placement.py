@@ -115,6 +115,7 @@ CASES = {  # placement -> (DataModule overrides, device each role resolves on ra
 
 
 @pytest.mark.slow
+@pytest.mark.fake_resources
 @pytest.mark.parametrize("placement", list(CASES))
 def test_two_ranks_place_actors_by_resources(ray_local, placement):
     ray = ray_local
@@ -154,6 +155,7 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
 
 
 @pytest.mark.slow
+@pytest.mark.fake_resources
 def test_missing_resource_fails_before_any_actor_starts(ray_local):
     dm = _dm("disaggregated", policy_resources={"GPU": 3})
     with pytest.raises(ConfigError, match="rollout.policy_resources.*GPU: 6 but the Ray "
@@ -164,3 +166,24 @@ def test_missing_resource_fails_before_any_actor_starts(ray_local):
     with pytest.raises(ConfigError, match="rollout.env_resources.*sim_node: 1 but the Ray "
                                           "cluster has sim_node: 0"):
         dm.start()
+
+
+@pytest.mark.slow
+def test_collocated_fit_runs_with_phase_offload(tmp_path, ray_local):
+    """The fit config's phase offload is live in collocated runs (on a CPU trainer its moves
+    are no-ops, but it runs and logs every step)."""
+    from test_fit_toy import toy_cfg
+
+    from callbacks.phase_offload import PhaseOffloadCallback
+    from wmrl.fit import fit
+
+    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "rollout.placement": "collocated",
+                               "rollout.worker_cpus": 0.25})
+    cfg.callbacks = {"phase_offload": {"_target_": "callbacks.phase_offload.PhaseOffloadCallback",
+                                       "placements": ["collocated"]}}
+    trainer, module = fit(cfg)
+    cb = next(c for c in trainer.callbacks if isinstance(c, PhaseOffloadCallback))
+    hooks = [h for h, _ in cb.history]
+    assert hooks == ["on_train_start", "on_train_batch_start", "on_train_batch_end",
+                     "on_train_batch_start", "on_train_batch_end", "on_train_end"]
+    assert "offload/seconds" in trainer.logged_metrics and module.policy_version == 2

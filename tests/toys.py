@@ -39,7 +39,7 @@ class LinearBinPolicy(nn.Module):
         b = logp.shape[0]
         tokens = torch.multinomial(logp.exp().view(-1, N_BINS), 1, generator=generator)
         tokens = tokens.view(b, self.tokens)
-        actions = CENTRES[tokens].view(b, self.chunk, self.action_dim)
+        actions = CENTRES.to(tokens.device)[tokens].view(b, self.chunk, self.action_dim)
         return PolicySample(tokens, actions, logp.gather(-1, tokens[..., None]).squeeze(-1))
 
     def log_probs(self, obs, tokens, temperature, return_entropy=False):

@@ -6,8 +6,9 @@ memcpy into a pre-touched buffer (warm) and into a fresh allocation (alloc), the
 ``ray.put`` of a dict of torch tensors + ``load_state_dict``-style copy (on a 256 MiB slice
 to keep the run short), the bucketed object-store sync (median of interleaved repeats), its
 ratio to memcpy - with actors that copy into their parameters and with zero-copy actors
-whose parameters alias the shared-memory buckets - and a sparse delta sync (0.1 % of
-elements changed).
+whose parameters alias the shared-memory buckets - the gloo transport (a broadcast over the
+trainer's SyncGroup with the actors, beside the object store), and a sparse delta sync
+(0.1 % of elements changed).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class SyncTarget:
 
     def apply_weights(self, payload) -> int:
         return self.rx.apply(payload)
+
+    def join(self, host: str, port: int, rank: int, size: int) -> int:
+        from wmrl.rollout.sync_group import SyncGroup
+
+        self.rx.group = SyncGroup(host, port, rank, size)
+        return rank
 
     def load_naive(self, ref_holder) -> int:
         import ray
@@ -136,6 +143,22 @@ def _run(ray, total_bytes: int, repeats: int, bucket_mb: float) -> list[dict]:
     naive()
     naive_s = statistics.median(_time(naive) for _ in range(2))
 
+    # gloo: the same actors join a SyncGroup with this process (what transport=gloo builds)
+    from wmrl.rollout.sync_group import SyncGroup, free_port
+
+    host, port = "127.0.0.1", free_port()
+    joined = [a.join.remote(host, port, i + 1, 1 + len(actors)) for i, a in enumerate(actors)]
+    gsender = WeightSender(bucket_mb=bucket_mb, transport="gloo")
+    gsender.use_group(SyncGroup(host, port, 0, 1 + len(actors)))
+    ray.get(joined)
+    gloo = []
+    for _ in range(max(2, repeats // 2)):
+        version += 1
+        gloo.append(_time(lambda v=version: push_weights(gsender, sd, v, actors)))
+    got = ray.get([a.checksum.remote(names) for a in actors])
+    if any(abs(g - want) > 1e-3 * (1 + abs(want)) for g in got):
+        raise RuntimeError(f"weight sync bench (gloo): actors hold {got}, trainer {want}")
+
     # delta: 0.1 % of the elements changed since the last sync
     dsender = WeightSender(bucket_mb=bucket_mb, delta=True)
     version += 1
@@ -178,6 +201,14 @@ def _run(ray, total_bytes: int, repeats: int, bucket_mb: float) -> list[dict]:
             {"name": f"weight_sync.{label}_over_memcpy", "value": round(gb / mem, 3),
              "unit": "ratio", "over_alloc_memcpy": round(gb / fresh, 3), **ctx},
         ]
+    gloo_gbs = gbs / statistics.median(gloo)
+    rows += [
+        {"name": "weight_sync.gloo_gbps", "value": round(gloo_gbs, 3), "unit": "GB/s",
+         "what": "WeightSender gloo transport over a SyncGroup -> 2 actors applied (median)",
+         "seconds": [round(t, 3) for t in gloo], **ctx},
+        {"name": "weight_sync.gloo_over_memcpy", "value": round(gloo_gbs / mem, 3),
+         "unit": "ratio", "over_object_store": round(gloo_gbs / copy_gbs, 3), **ctx},
+    ]
     return rows + [
         {"name": "weight_sync.delta_0.1pct_s", "value": round(delta_s, 3), "unit": "s",
          "what": "delta sync, 0.1% of elements changed", "prepare_s": round(delta_prepare_s, 3),

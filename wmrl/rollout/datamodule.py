@@ -15,6 +15,7 @@ over a process group of the trainer rank and its policy actors that ``setup`` bu
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Iterator
 
@@ -29,6 +30,8 @@ from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect
 from wmrl.rollout.sync_group import SyncGroup, free_port
 from wmrl.rollout.weight_sync import WeightSender, push_weights
 from wmrl.rollout.workers import RolloutActor
+
+log = logging.getLogger(__name__)
 
 
 class RolloutDataModule(L.LightningDataModule):
@@ -128,7 +131,16 @@ class RolloutDataModule(L.LightningDataModule):
         self.trainer_device = torch.device(trainer_device)
         self.plan = self.build_plan(world_size)
         self._wait_for_actors()
-        if self.sender.transport != "cpu":
+        if self.sender.transport == "device" and self.plan.collocated:
+            # the actors share the trainer's card: NCCL cannot pair two ranks on one card
+            if self.trainer_device.type == "cuda":  # CUDA and ROCm
+                self.sender.use_ipc(self.trainer_device)
+            else:
+                log.warning("rollout.weight_sync.transport=device: collocated actors share "
+                            "the trainer's %s card and IPC is CUDA/ROCm only; using the Ray "
+                            "object store", self.trainer_device.type)
+                self.sender.use_store()
+        elif self.sender.transport != "cpu":
             self._connect_sync_group()
 
     def _wait_for_actors(self) -> None:
@@ -238,7 +250,16 @@ class RolloutDataModule(L.LightningDataModule):
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Send the trainer's weights to every policy actor as ``version``; returns seconds."""
         t0 = time.perf_counter()
-        push_weights(self.sender, state_dict, version, self.rollout_workers)
+        try:
+            push_weights(self.sender, state_dict, version, self.rollout_workers)
+        except (ray.exceptions.RayTaskError, RuntimeError) as err:
+            if self.sender.transport != "ipc":
+                raise
+            # e.g. a container without the IPC permission: the object store always works
+            log.warning("CUDA IPC weight sync failed (%s); falling back to the Ray object "
+                        "store", str(err).splitlines()[0])
+            self.sender.use_store()
+            push_weights(self.sender, state_dict, version, self.rollout_workers)
         return time.perf_counter() - t0
 
 

@@ -15,6 +15,11 @@ Transports
   ``gloo``    each bucket is flattened on the trainer and broadcast over the gloo backend of
               the trainer rank's :class:`~wmrl.rollout.sync_group.SyncGroup` with its
               policy actors (``RolloutDataModule`` builds it), or a torch.distributed group.
+  ``ipc``     (chosen by the DataModule for ``device`` when the workers share the trainer's
+              card, i.e. collocated): each bucket is flattened once into a persistent device
+              buffer whose CUDA IPC handle is sent; a worker opens it and copies device to
+              device, nothing goes through the host. CUDA/ROCm only; elsewhere, or when the
+              driver refuses IPC, the DataModule falls back to the object store.
   ``device``  the same collective code on the accelerator (NCCL/RCCL/HCCL/MCCL group): fails
               at construction when the process has no accelerator. A worker that rejects a
               sync still receives (and drops) its broadcasts, so the trainer never hangs.
@@ -47,7 +52,7 @@ import torch
 
 from wmrl.rollout.sync_group import broadcast
 
-TRANSPORTS = ("cpu", "gloo", "device")
+TRANSPORTS = ("cpu", "gloo", "device")  # what a user configures; "ipc" is chosen by the caller
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -228,6 +233,39 @@ class WeightSender:
             self._buf = None
             self.reset()
 
+    def use_ipc(self, device: torch.device | str) -> None:
+        """Workers share the card ``device``: send CUDA IPC handles of device buffers."""
+        self.transport = "ipc"
+        self.device = self._data_device = torch.device(device)
+        self._ipc_bufs: list[torch.Tensor] | None = None
+        self.reset()
+
+    def use_store(self) -> None:
+        """Fall back to the Ray object store (e.g. the driver refused CUDA IPC)."""
+        self.transport = "cpu"
+        self.device = self._data_device = torch.device("cpu")
+        self._last = None
+        self.reset()
+
+    def _prepare_ipc(self, state_dict: Mapping[str, torch.Tensor], version: int) -> SyncPayload:
+        """Full buckets, flattened into buffers allocated once (so each keeps its IPC handle)."""
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        layout = self.layout(state_dict)
+        bufs = getattr(self, "_ipc_bufs", None)
+        if bufs is None or [b.numel() for b in bufs] != list(layout.bucket_numels):
+            bufs = self._ipc_bufs = [
+                torch.empty(n, dtype=_bits_dtype(_dtype(d)), device=self.device)
+                for n, d in zip(layout.bucket_numels, layout.bucket_dtypes)]
+        per_bucket: list[list[torch.Tensor]] = [[] for _ in bufs]
+        for slot, t in zip(layout.slots, state_dict.values()):
+            per_bucket[slot.bucket].append(t)
+        for buf, group in zip(bufs, per_bucket):
+            torch.cat([_bits_of(t, buf) for t in group], out=buf)
+        torch.accelerator.synchronize(self.device)  # workers read on their own streams
+        return SyncPayload(version=version, layout=layout, transport="ipc",
+                           kinds=("full",) * len(bufs), buckets=[reduce_tensor(b) for b in bufs])
+
     def reset(self) -> None:
         """Forget what was sent: the next sync is full (after a failed push or a new worker)."""
         self._last_version = None
@@ -242,6 +280,8 @@ class WeightSender:
         return self._layout
 
     def prepare(self, state_dict: Mapping[str, torch.Tensor], version: int) -> SyncPayload:
+        if self.transport == "ipc":
+            return self._prepare_ipc(state_dict, version)
         layout = self.layout(state_dict)
         tensors = list(state_dict.values())
         per_bucket: list[list[torch.Tensor]] = [[] for _ in range(layout.num_buckets)]
@@ -339,7 +379,7 @@ class WeightSender:
 
     def send(self, payload: SyncPayload) -> None:
         """Collective transports: broadcast the buckets of ``payload`` (no-op for ``cpu``)."""
-        if self.transport == "cpu":
+        if self.transport in ("cpu", "ipc"):
             return
         if self._pending is None or self._pending[0] != payload.version:
             raise WeightSyncError(
@@ -426,11 +466,13 @@ class WeightReceiver:
             try:
                 self._check(payload)
             except WeightSyncError:
-                if payload.transport != "cpu":  # still take part, or the sender hangs
+                if payload.transport not in ("cpu", "ipc"):  # take part, or the sender hangs
                     self._apply_collective(payload, drain=True)
                 raise
             if payload.transport == "cpu":
                 self._apply_store(payload)
+            elif payload.transport == "ipc":
+                self._apply_ipc(payload)
             else:
                 self._apply_collective(payload)
             self._version = payload.version  # flips only after every bucket landed
@@ -465,8 +507,9 @@ class WeightReceiver:
                     )
             self._checked.add(layout.fingerprint)
         n = layout.num_buckets
-        if len(p.kinds) != n or (p.transport == "cpu" and len(p.buckets or ()) != n):
-            got = len(p.buckets or ()) if p.transport == "cpu" else len(p.kinds)
+        carried = p.transport in ("cpu", "ipc")  # the payload holds the buckets
+        if len(p.kinds) != n or (carried and len(p.buckets or ()) != n):
+            got = len(p.buckets or ()) if carried else len(p.kinds)
             raise WeightSyncError(f"partial sync v{p.version}: {got} of {n} buckets")
         if p.version < self._version and not self._broken:
             raise WeightSyncError(f"stale sync v{p.version}: this worker has v{self._version}")
@@ -507,6 +550,26 @@ class WeightReceiver:
             raise
         finally:
             del data, fetched  # release the shared-memory views so the store can free them
+
+    def _apply_ipc(self, p: SyncPayload) -> None:
+        """Open each bucket's IPC handle on this process's index of the shared card and copy
+        device to device. The handle names the sender's index; the card is the same."""
+        index = torch.accelerator.current_device_index()
+        try:
+            for b, (rebuild, args) in enumerate(p.buckets):
+                args = list(args)
+                args[6] = index  # storage_device: this process's index of the shared card
+                flat = rebuild(*args)
+                if flat.numel() != p.layout.bucket_numels[b]:
+                    raise WeightSyncError(f"sync v{p.version}: bucket {b} does not match the "
+                                          "layout")
+                for s in p.layout.bucket_slots(b):
+                    self._copy(s, flat[s.offset: s.offset + s.numel])
+                del flat
+            torch.accelerator.synchronize()  # done reading before the sender reuses its buffers
+        except BaseException as e:
+            self._broken = f"sync v{p.version} failed: {e!r}"
+            raise
 
     def _check_bucket(self, p: SyncPayload, b: int, entry: Any) -> None:
         want = p.layout.bucket_numels[b]

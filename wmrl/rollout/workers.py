@@ -55,6 +55,17 @@ def with_device(spec: Any, device: str) -> Any:
     return spec
 
 
+def _keys(spec: Any):
+    """Every key of a nested config."""
+    if isinstance(spec, dict):
+        for k, v in spec.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            yield from _keys(v)
+
+
 def assigned_accelerator_ids() -> dict[str, list[str]]:
     """The accelerator ids Ray assigned to this process ({} outside Ray)."""
     import ray
@@ -100,6 +111,9 @@ class RolloutActor:
         self.shares_obs = policy is not None and env is not None
         self.policy = build(policy).to(self.device).eval() if policy is not None else None
         self.envs: list[Any] = []
+        # an env whose config has a device key computes there; others (simulators) get host
+        # tensors from a collocated policy
+        self.env_on_device = env is not None and "device" in set(_keys(env))
         if env is not None:
             env = with_device(dict(env), str(self.device))
             if env["num_envs"] % stages:
@@ -141,6 +155,16 @@ class RolloutActor:
     def rest(self) -> None:
         """End of a rollout: free the device for the trainer's update."""
         self._switch_to(None)
+
+    def memory_stats(self) -> dict[str, int]:
+        """Device memory of this process: now, and the peak since the last call ({} on CPU)."""
+        if self.device.type == "cpu":
+            return {}
+        mod = getattr(torch, self.device.type)
+        out = {"allocated_bytes": int(mod.memory_allocated(self.device)),
+               "peak_bytes": int(mod.max_memory_allocated(self.device))}
+        mod.reset_peak_memory_stats(self.device)
+        return out
 
     def placement_info(self) -> dict:
         """Where this actor runs: Ray's node and accelerator ids, the device it resolved."""
@@ -211,7 +235,8 @@ class RolloutActor:
         }
         self.busy.append(("policy", t0, time.time()))
         if self.shares_obs:  # the actions stay here, on the device, for this actor's env
-            self.last_actions[stage] = out.actions.float()
+            actions = out.actions.float()
+            self.last_actions[stage] = actions if self.env_on_device else actions.cpu()
             return None, record
         return out.actions.float().cpu().numpy(), record
 
