@@ -313,3 +313,85 @@ def test_published_7b_architecture_on_meta():
     assert {k: tuple(sd[k].shape) for k in shapes} == shapes
     assert m.vocab_base == 32000 and m.num_patches == 256
     assert m.language_model.lm_head.weight.dtype == torch.float32  # dtype is ours, not config's
+
+
+# ---- images as RLinf's processor makes them (issue 17, part 5 B) --------------------------------
+def test_resize_rounds_back_to_uint8_by_hand():
+    """2x2 -> 1x1, bicubic antialiased: the four pixels weigh the same (distance 0.25 in the
+    kernel's scaled units each), so the value is their mean 191.25, rounded to 191 before
+    /255 and normalising, as torchvision's resize of a uint8 tensor does in RLinf."""
+    from wmrl.policies.openvla_oft import resize_like_rlinf
+
+    x = torch.tensor([[0.0, 255.0], [255.0, 255.0]]).expand(1, 3, 2, 2)
+    y = resize_like_rlinf(x, 1)
+    assert y.shape == (1, 3, 1, 1) and torch.equal(y, torch.full((1, 3, 1, 1), 191.0))
+    assert torch.equal(resize_like_rlinf(x, 2), x)  # same size: untouched
+    # normalised with SigLIP's 0.5/0.5: (191/255 - 0.5) / 0.5, not the unrounded 0.5
+    assert abs((191 / 255 - 0.5) / 0.5 - 0.498039) < 1e-6
+
+
+def test_policy_pixels_are_resized_uint8_values(policy):
+    """Every pixel the ViTs see is (k/255 - mean) / std for an integer k (256 -> 224 as in the
+    7B config; here the tiny model's 40 -> 32)."""
+    from wmrl.policies.openvla_oft import resize_like_rlinf
+
+    img = make_obs(b=2, size=40)["image"]
+    pix = policy._pixels(img)
+    for i, p in enumerate(pix):
+        k = (p * policy._std[i] + policy._mean[i]) * 255
+        assert torch.allclose(k, k.round(), atol=2e-3)
+        want = resize_like_rlinf(img.permute(0, 3, 1, 2).float(), policy.image_sizes[i])
+        assert torch.allclose(k.round(), want)
+    assert not policy.config["wmrl"]["center_crop"]
+
+
+def test_7b_config_matches_rlinf_libero_rollout():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "conf", "policy",
+                                      "openvla_oft_7b.yaml"))
+    assert cfg.overrides.center_crop is False  # RLinf reads center_crop only for RoboTwin
+
+
+# ---- which checkpoints load (issue 17, part 5 C) ---------------------------------------------
+@pytest.mark.parametrize("files", [
+    ["action_head--150000_checkpoint.pt", "proprio_projector--150000_checkpoint.pt"],
+    ["action_head--latest_checkpoint.pt"],
+    ["proprio_projector--50000_checkpoint.pt"],
+])
+def test_refuses_openvla_oft_continuous_action_releases(tmp_path, policy, files):
+    """openvla-oft's L1-regression releases keep the action head and proprio projector beside
+    the backbone; the backbone would load by key but not reproduce the actions: refused."""
+    from wmrl.policies.openvla_oft import build_policy_meta
+
+    ckpt = tmp_path / "ckpt"
+    policy.save_pretrained(str(ckpt))
+    for name in files:
+        (ckpt / name).write_bytes(b"")
+    for load in (lambda: OpenVLAOFTPolicy.from_pretrained(str(ckpt)),
+                 lambda: build_policy(pretrained_path=str(ckpt)),
+                 lambda: build_policy_meta(pretrained_path=str(ckpt))):
+        with pytest.raises(ValueError, match="discrete action-token") as err:
+            load()
+        assert all(name in str(err.value) for name in files)
+        assert "RLinf" in str(err.value)
+
+
+def test_token_checkpoint_with_unrelated_pt_files_loads(tmp_path, policy):
+    ckpt = tmp_path / "ckpt"
+    policy.save_pretrained(str(ckpt))
+    (ckpt / "training_state.pt").write_bytes(b"")  # not a side head: no refusal
+    loaded = OpenVLAOFTPolicy.from_pretrained(str(ckpt), unnorm_key="libero_spatial_no_noops")
+    assert torch.equal(loaded.projector.fc1.weight, policy.projector.fc1.weight)
+
+
+def test_meta_build_needs_no_checkpoint():
+    from wmrl.policies.openvla_oft import build_policy_meta
+
+    m = build_policy_meta(pretrained_path="/nonexistent/openvla", dtype="bfloat16")
+    assert {p.device.type for p in m.parameters()} == {"meta"}
+    assert sum(p.numel() for p in m.parameters()) == 7_541_237_184
+    assert next(m.parameters()).dtype == torch.bfloat16
+    tiny = build_policy_meta()
+    assert sum(p.numel() for p in tiny.parameters()) == \
+        sum(p.numel() for p in build_policy().parameters())

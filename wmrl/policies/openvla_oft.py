@@ -21,6 +21,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 
@@ -48,7 +49,8 @@ WMRL_DEFAULTS = dict(
     append_stop_token=False,  # RLinf drops it; openvla-oft's predict_action keeps it
     gripper="libero",  # binarise + invert: -sign(2g - 1)
     top_k=0,
-    center_crop=False,  # OFT LIBERO eval: crop 90% area then resize back
+    center_crop=False,  # crop 90% area then resize back (openvla-oft's eval option; RLinf's
+    #                     LIBERO rollout does not crop)
     image_means=[list(IMAGENET_MEAN), list(SIGLIP_MEAN)],
     image_stds=[list(IMAGENET_STD), list(SIGLIP_STD)],
     vision_configs=None,  # explicit ViTConfig dicts (tiny models); None = from timm_model_ids
@@ -86,6 +88,59 @@ def tiny_config(image_size: int = 32, vocab_base: int = 512) -> dict:
         wmrl=dict(WMRL_DEFAULTS, empty_token_id=3,
                   vision_configs=[dino.to_dict(), siglip.to_dict()]),
     )
+
+
+def openvla_7b_config() -> dict:
+    """The architecture of the published OpenVLA-7B / OpenVLA-OFT checkpoints: the fields of their
+    ``config.json`` that set shapes (fused DINOv2 ViT-L/14-reg4 + SigLIP so400m/14 at 224 px,
+    fused-GELU MLP projector, Llama-2-7B with the vocabulary padded from 32000 to 32064). No
+    ``norm_stats``: it describes shapes only (``build_policy_meta`` builds it on the meta device
+    when no checkpoint directory is at hand, e.g. ``scripts/plan.py``)."""
+    return dict(
+        model_type="openvla",
+        vision_backbone_id="dinosiglip-vit-so-224px",
+        llm_backbone_id="llama2-7b-pure",
+        use_fused_vision_backbone=True,
+        timm_model_ids=["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
+        image_sizes=[224, 224],
+        image_resize_strategy="resize-naive",
+        pad_token_id=32000,
+        pad_to_multiple_of=64,
+        n_action_bins=256,
+        text_config=dict(
+            model_type="llama", vocab_size=32064, hidden_size=4096, intermediate_size=11008,
+            num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+            max_position_embeddings=2048, rms_norm_eps=1e-6, pad_token_id=32000,
+        ),
+        norm_stats={},
+    )
+
+
+# openvla-oft saves its continuous heads beside the backbone as "<module>--<step>_checkpoint.pt"
+# (e.g. action_head--150000_checkpoint.pt); its loader finds them by name the same way.
+_SIDE_HEAD_RE = re.compile(
+    r"^(action_head|proprio_projector|noisy_action_projector)--.*checkpoint.*\.pt$")
+
+
+def check_token_checkpoint(path: str) -> None:
+    """Refuse openvla-oft's L1-regression (and diffusion) releases.
+
+    Those keep a separate continuous action head (and proprio projector) beside the backbone; the
+    backbone's keys load into this token model, but its actions would come from the language
+    model's (untrained) action-token logits, not from the head the checkpoint was trained with.
+    """
+    found = sorted(f for f in os.listdir(path) if _SIDE_HEAD_RE.match(f))
+    if found:
+        raise ValueError(
+            f"{path} is an openvla-oft continuous-action release (L1 regression or diffusion): "
+            f"it keeps {', '.join(found)} beside the backbone. wmrl's OpenVLA-OFT policy "
+            "decodes discrete action tokens from the language model head, so this checkpoint "
+            "would load by key but not reproduce its actions (the separate action head and "
+            "proprio projector would be ignored). Use a discrete action-token OpenVLA-OFT "
+            "checkpoint instead: RLinf's OpenVLA-OFT LIBERO SFT/RL releases (e.g. "
+            "Haozhan72/Openvla-oft-SFT-libero-spatial-traj1 or the RL-trained RLinf "
+            "OpenVLA-OFT LIBERO checkpoints). If this directory's backbone really is a token "
+            "model, move those files out of it.")
 
 
 class PrismaticVisionBackbone(nn.Module):
@@ -159,7 +214,7 @@ class OpenVLAOFTPolicy(nn.Module):
     """``Policy`` (wmrl.interfaces): ``sample`` / ``log_probs`` over 8x7 action-bin tokens."""
 
     def __init__(self, config: dict, tokenizer=None, unnorm_key: str | None = None,
-                 attn_implementation: str = "sdpa"):
+                 attn_implementation: str = "sdpa", check_stats: bool = True):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -197,7 +252,8 @@ class OpenVLAOFTPolicy(nn.Module):
         self.prompt = PromptEncoder(tokenizer, wm["empty_token_id"]) if tokenizer else None
         self.unnorm_key = unnorm_key
         self._stats = None
-        _ = self.stats  # fail early on a missing / wrong unnorm_key
+        if check_stats:
+            _ = self.stats  # fail early on a missing / wrong unnorm_key
         self._attn_checked = False
         self.register_buffer("_mean", torch.tensor(wm["image_means"][: 1 + fused]).view(
             -1, 3, 1, 1), persistent=False)
@@ -223,27 +279,7 @@ class OpenVLAOFTPolicy(nn.Module):
                         overrides: dict | None = None,
                         ignore_key_prefixes: tuple[str, ...] = ()) -> OpenVLAOFTPolicy:
         """Load the published OpenVLA-OFT / RLinf layout from a local directory."""
-        cfg_path = os.path.join(path, "config.json")
-        if not os.path.isfile(cfg_path):
-            raise FileNotFoundError(f"{cfg_path} not found: pretrained_path must be a local "
-                                    "OpenVLA-OFT checkpoint directory")
-        with open(cfg_path) as f:
-            config = json.load(f)
-        if config.get("model_type") not in ("openvla", "prismatic", None):
-            raise ValueError(f"{cfg_path}: model_type {config.get('model_type')!r} is not openvla")
-        stats_path = os.path.join(path, "dataset_statistics.json")
-        if os.path.isfile(stats_path):  # RLinf/OFT: the file's entries override config norm_stats
-            with open(stats_path) as f:
-                config["norm_stats"] = {**(config.get("norm_stats") or {}), **json.load(f)}
-        pre_path = os.path.join(path, "preprocessor_config.json")
-        wm = dict(config.get("wmrl") or {})
-        if os.path.isfile(pre_path) and "image_means" not in wm:
-            with open(pre_path) as f:
-                pre = json.load(f)
-            if "means" in pre and "stds" in pre:
-                wm["image_means"], wm["image_stds"] = pre["means"], pre["stds"]
-        wm.update(overrides or {})
-        config["wmrl"] = wm
+        config = read_pretrained_config(path, overrides)
         dtype = _as_dtype(dtype)
         tokenizer = load_tokenizer(path)
         with torch.device("meta"):  # no 7B random init: allocate, then copy the checkpoint in
@@ -347,19 +383,23 @@ class OpenVLAOFTPolicy(nn.Module):
 
     # ---- forward ------------------------------------------------------------------------
     def _pixels(self, image: torch.Tensor) -> list[torch.Tensor]:
-        """uint8 [B, H, W, 3] -> per featurizer, normalised float [B, 3, S, S]."""
+        """uint8 [B, H, W, 3] -> per featurizer, normalised float [B, 3, S, S].
+
+        Resized as RLinf's processor does (``resize_like_rlinf``: bicubic, antialiased, rounded
+        back to uint8 values, e.g. 256 -> 224), then /255 and normalised. ``center_crop`` (off
+        by default, as RLinf's LIBERO rollout) crops 90% of the area and resizes back."""
         if image.dtype != torch.uint8 or image.ndim != 4 or image.shape[-1] != 3:
             raise ValueError(f"obs image must be uint8 [B, H, W, 3], got {image.dtype} "
                              f"{tuple(image.shape)}")
-        x = image.to(self._mean.device).permute(0, 3, 1, 2).float() / 255.0
+        x = image.to(self._mean.device).permute(0, 3, 1, 2).float()  # uint8 values, 0..255
         out = []
         for i, s in enumerate(self.image_sizes[: len(self._mean)]):
-            y = _resize(x, s)
+            y = resize_like_rlinf(x, s)
             if self.config["wmrl"]["center_crop"]:
                 c = int(round(s * math.sqrt(0.9)))
                 o = (s - c) // 2
-                y = _resize(y[..., o : o + c, o : o + c], s)
-            out.append((y - self._mean[i].float()) / self._std[i].float())
+                y = resize_like_rlinf(y[..., o : o + c, o : o + c], s)
+            out.append((y / 255.0 - self._mean[i].float()) / self._std[i].float())
         return out
 
     def _prefix_embeddings(self, obs: dict) -> torch.Tensor:
@@ -456,11 +496,46 @@ class OpenVLAOFTPolicy(nn.Module):
         return (lp, at.entropy_from_logprobs(logp)) if return_entropy else lp
 
 
-def _resize(x: torch.Tensor, size: int) -> torch.Tensor:
+def read_pretrained_config(path: str, overrides: dict | None = None) -> dict:
+    """The policy config of a local checkpoint directory: ``config.json`` with the entries of
+    ``dataset_statistics.json`` (they win) and ``preprocessor_config.json`` pixel statistics,
+    plus ``overrides`` of the wmrl settings. Refuses openvla-oft's continuous-action releases
+    (``check_token_checkpoint``)."""
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise FileNotFoundError(f"{cfg_path} not found: pretrained_path must be a local "
+                                "OpenVLA-OFT checkpoint directory")
+    check_token_checkpoint(path)
+    with open(cfg_path) as f:
+        config = json.load(f)
+    if config.get("model_type") not in ("openvla", "prismatic", None):
+        raise ValueError(f"{cfg_path}: model_type {config.get('model_type')!r} is not openvla")
+    stats_path = os.path.join(path, "dataset_statistics.json")
+    if os.path.isfile(stats_path):  # RLinf/OFT: the file's entries override config norm_stats
+        with open(stats_path) as f:
+            config["norm_stats"] = {**(config.get("norm_stats") or {}), **json.load(f)}
+    pre_path = os.path.join(path, "preprocessor_config.json")
+    wm = dict(config.get("wmrl") or {})
+    if os.path.isfile(pre_path) and "image_means" not in wm:
+        with open(pre_path) as f:
+            pre = json.load(f)
+        if "means" in pre and "stds" in pre:
+            wm["image_means"], wm["image_stds"] = pre["means"], pre["stds"]
+    wm.update(overrides or {})
+    config["wmrl"] = wm
+    return config
+
+
+def resize_like_rlinf(x: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 values as float [B, 3, H, W] -> [B, 3, size, size], rounded back to uint8 values.
+
+    As RLinf's Prismatic processor (torchvision ``resize`` of the uint8 tensor, bicubic,
+    antialiased): interpolate in float32, round half to even, clamp to [0, 255]; the caller then
+    divides by 255 and normalises. Same size: returned unchanged."""
     if x.shape[-2:] == (size, size):
         return x
-    return F.interpolate(x, size=(size, size), mode="bicubic", antialias=True,
-                         align_corners=False).clamp(0, 1)
+    y = F.interpolate(x, size=(size, size), mode="bicubic", antialias=True, align_corners=False)
+    return y.round().clamp(0, 255)
 
 
 def _as_dtype(dtype) -> torch.dtype:
@@ -565,6 +640,32 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
     if gradient_checkpointing:
         model.set_gradient_checkpointing(True)
     return model
+
+
+def build_policy_meta(pretrained_path: str | None = None, config: dict | None = None,
+                      dtype: str = "float32", attn_implementation: str = "sdpa",
+                      overrides: dict | None = None, **_) -> OpenVLAOFTPolicy:
+    """``build_policy``'s arguments, built on the meta device: every parameter has its shape and
+    dtype, no weight is read or allocated (memory planning, ``scripts/plan.py``).
+
+    Architecture: the checkpoint's ``config.json`` when ``pretrained_path`` is a directory that
+    holds one (continuous-action releases are refused, as by ``from_pretrained``); otherwise
+    ``config``, or the published 7B architecture (``openvla_7b_config``) when only an absent
+    checkpoint path was given, or the tiny config when neither was given (as ``build_policy``).
+    """
+    if pretrained_path and os.path.isfile(os.path.join(str(pretrained_path), "config.json")):
+        cfg = read_pretrained_config(str(pretrained_path), _plain(overrides))
+    else:
+        if config is not None:
+            cfg = _plain(config)
+        else:
+            cfg = openvla_7b_config() if pretrained_path else tiny_config()
+        if overrides:
+            cfg = dict(cfg, wmrl={**(cfg.get("wmrl") or {}), **_plain(overrides)})
+    with torch.device("meta"):
+        model = OpenVLAOFTPolicy(cfg, tokenizer=None, attn_implementation=attn_implementation,
+                                 check_stats=False)
+    return model.to(_as_dtype(dtype))
 
 
 def _plain(x):

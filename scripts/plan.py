@@ -1,0 +1,55 @@
+"""Plan device memory for the real sizes, without a GPU and without reading any weights.
+
+    python scripts/plan.py                                   # 7.5B policy + Wan2.2-5B, 8 devices
+    python scripts/plan.py trainer.devices=4 algorithm.micro_batch=16
+    python scripts/plan.py policy.gradient_checkpointing=false rollout.num_envs=64
+    python scripts/plan.py world_model.world_model.vae_dtype=float32 +plan.prompt_tokens=128
+
+Composes ``conf/fit.yaml`` (any override that ``scripts/fit.py`` takes works) on top of the
+real-size defaults ``wmrl.plan.REAL_SIZE_DEFAULTS``: ``policy=openvla_oft_7b
+world_model=wan22_ti2v_5b_libero reward=resnet`` (ResNet-18 widths, frames at their own size)
+``strategy=hybrid_shard trainer.devices=8 rollout.num_envs=8`` (the WoVR recipe's 64 envs over
+8 ranks); an override of a key replaces its default. Builds the models on the meta device
+(absent checkpoints: their architecture configs), prints a table per role and per placement
+and then one JSON line per figure. Formulas: ``wmrl/plan.py``. ``+plan.headroom``,
+``+plan.device_sizes_gb``, ``+plan.sweep_envs`` and ``+plan.prompt_tokens`` tune the report.
+"""
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from wmrl.config import ConfigError  # noqa: E402
+from wmrl.plan import with_real_size_defaults  # noqa: E402
+
+# no outputs/<date>/ directory and no log files for a report
+QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
+         "hydra/hydra_logging=disabled")
+
+
+@hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from wmrl.config import validate
+    from wmrl.plan import format_table, json_lines, make_plan, options_from
+
+    try:
+        validate(cfg)
+        plan = make_plan(cfg, options_from(cfg))
+    except (ConfigError, ValueError) as err:
+        print(f"plan error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(format_table(plan))
+    print()
+    for line in json_lines(plan):
+        print(line)
+
+
+if __name__ == "__main__":
+    args = with_real_size_defaults(sys.argv[1:])
+    given = {a.split("=", 1)[0] for a in args}
+    sys.argv = [sys.argv[0], *args, *(q for q in QUIET if q.split("=", 1)[0] not in given)]
+    main()
