@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 
 from strategies.offload import MoveStats, offload, onload
 
-_ONLOAD_HOOKS = ("on_train_batch_start",)
+_ONLOAD_HOOKS = ("on_train_batch_start", "on_rollout_end")
 _OFFLOAD_HOOKS = ("on_train_start", "on_train_batch_end")
 
 
@@ -19,6 +19,9 @@ class PhaseOffloadCallback(Callback):
 
     Default: offload when training starts and after each training batch (so the next batch's
     rollout runs with the trainer off the device), onload at the start of each training batch.
+    A module that makes its batch inside ``training_step`` (wmrl's ``GRPOModule`` pulls the
+    rollout there, after ``on_train_batch_start``) calls ``on_rollout_end`` once the batch is
+    made: ``onload_on="on_rollout_end"`` (the fit config) onloads then.
     ``history`` keeps the last ``keep`` (hook, MoveStats) pairs; seconds and bytes are logged
     as ``offload/seconds``, ``offload/gb`` when ``log_stats``.
 
@@ -65,7 +68,8 @@ class PhaseOffloadCallback(Callback):
 
     def _record(self, hook: str, stats: MoveStats, pl_module: pl.LightningModule) -> None:
         self.history = (self.history + [(hook, stats)])[-self.keep :]
-        if self.log_stats and hook in ("on_train_batch_start", "on_train_batch_end"):
+        if self.log_stats and hook in ("on_train_batch_start", "on_rollout_end",
+                                       "on_train_batch_end"):
             kind = "onload" if hook == self.onload_on else "offload"
             pl_module.log(f"{kind}/seconds", stats.seconds, on_step=True, on_epoch=False,
                           batch_size=1)
@@ -98,7 +102,12 @@ class PhaseOffloadCallback(Callback):
             self.do_offload(trainer, pl_module, "on_train_start")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.do_onload(trainer, pl_module, "on_train_batch_start")
+        if self.onload_on == "on_train_batch_start":
+            self.do_onload(trainer, pl_module, "on_train_batch_start")
+
+    def on_rollout_end(self, trainer, pl_module):
+        if self.onload_on == "on_rollout_end":
+            self.do_onload(trainer, pl_module, "on_rollout_end")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if "on_train_batch_end" in self.offload_on:

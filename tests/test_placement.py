@@ -170,8 +170,9 @@ def test_missing_resource_fails_before_any_actor_starts(ray_local):
 
 @pytest.mark.slow
 def test_collocated_fit_runs_with_phase_offload(tmp_path, ray_local):
-    """The fit config's phase offload is live in collocated runs (on a CPU trainer its moves
-    are no-ops, but it runs and logs every step)."""
+    """The fit config's phase offload is live in collocated runs: the trainer leaves the device
+    for each rollout and returns when the batch is made (on a CPU trainer the moves are no-ops,
+    but they run and are logged every step)."""
     from test_fit_toy import toy_cfg
 
     from callbacks.phase_offload import PhaseOffloadCallback
@@ -180,10 +181,12 @@ def test_collocated_fit_runs_with_phase_offload(tmp_path, ray_local):
     cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "rollout.placement": "collocated",
                                "rollout.worker_cpus": 0.25})
     cfg.callbacks = {"phase_offload": {"_target_": "callbacks.phase_offload.PhaseOffloadCallback",
-                                       "placements": ["collocated"]}}
+                                       "placements": ["collocated"],
+                                       "onload_on": "on_rollout_end"}}
     trainer, module = fit(cfg)
     cb = next(c for c in trainer.callbacks if isinstance(c, PhaseOffloadCallback))
     hooks = [h for h, _ in cb.history]
-    assert hooks == ["on_train_start", "on_train_batch_start", "on_train_batch_end",
-                     "on_train_batch_start", "on_train_batch_end", "on_train_end"]
+    # off during each rollout: back on only once GRPOModule has its batch
+    assert hooks == ["on_train_start", "on_rollout_end", "on_train_batch_end",
+                     "on_rollout_end", "on_train_batch_end", "on_train_end"]
     assert "offload/seconds" in trainer.logged_metrics and module.policy_version == 2

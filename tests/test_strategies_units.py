@@ -90,8 +90,9 @@ def test_backend_strings_and_rocm(monkeypatch):
     assert devices.process_group_backend("cuda") == "cpu:gloo,cuda:nccl"
     assert devices.process_group_backend("npu") == "cpu:gloo,npu:hccl"
     assert devices.process_group_backend("musa") == "cpu:gloo,musa:mccl"
-    with pytest.raises(ValueError, match="Unknown device type 'xpu'"):
-        devices.process_group_backend("xpu")
+    assert devices.process_group_backend("xpu") == "cpu:gloo,xpu:xccl"
+    with pytest.raises(ValueError, match="Unknown device type 'tpu'"):
+        devices.process_group_backend("tpu")
     monkeypatch.setattr(torch.version, "hip", "6.2.1", raising=False)
     assert devices.is_rocm() and devices.describe("cuda")["backend"] == "rccl"
     monkeypatch.setattr(torch.version, "hip", None, raising=False)

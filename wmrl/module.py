@@ -13,6 +13,10 @@ made with the current weights) ->
 
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
 
+The rollout happens inside ``training_step`` (after Lightning's ``on_train_batch_start``), so
+callbacks that define ``on_rollout_end(trainer, module)`` are called once the batch is made
+(``PhaseOffloadCallback`` brings the trainer's state back onto the device then).
+
 Data-parallel ranks (DDP, FSDP2): the loss normalisers (kept trajectories, valid tokens) are
 summed over ranks and the weights multiplied by the world size, which the strategy's gradient
 averaging divides out again, so R ranks holding B_1..B_R take exactly the optimizer step one
@@ -97,6 +101,10 @@ class GRPOModule(L.LightningModule):
         with Tracer.trace_span("trainer.wait_rollout"):
             batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
         t_rollout = time.perf_counter() - t0
+        for cb in self.trainer.callbacks:  # e.g. PhaseOffloadCallback: the trainer's turn
+            hook = getattr(cb, "on_rollout_end", None)
+            if callable(hook):
+                hook(self.trainer, self)
         if batch["version"] != self.policy_version:
             raise RuntimeError(
                 f"rollout used policy version {batch['version']} but the trainer is at "

@@ -16,10 +16,11 @@ Transports
               the trainer rank's :class:`~wmrl.rollout.sync_group.SyncGroup` with its
               policy actors (``RolloutDataModule`` builds it), or a torch.distributed group.
   ``ipc``     (chosen by the DataModule for ``device`` when the workers share the trainer's
-              card, i.e. collocated): each bucket is flattened once into a persistent device
-              buffer whose CUDA IPC handle is sent; a worker opens it and copies device to
-              device, nothing goes through the host. CUDA/ROCm only; elsewhere, or when the
-              driver refuses IPC, the DataModule falls back to the object store.
+              card, i.e. collocated): each bucket is flattened into a device buffer whose
+              CUDA IPC handle is sent; a worker opens it and copies device to device, nothing
+              goes through the host; the buffers are freed after the sync. CUDA/ROCm only;
+              elsewhere, or when the driver refuses IPC, the DataModule falls back to the
+              object store.
   ``device``  the same collective code on the accelerator (NCCL/RCCL/HCCL/MCCL group): fails
               at construction when the process has no accelerator. A worker that rejects a
               sync still receives (and drops) its broadcasts, so the trainer never hangs.
@@ -240,6 +241,15 @@ class WeightSender:
         self._ipc_bufs: list[torch.Tensor] | None = None
         self.reset()
 
+    def release(self) -> None:
+        """After every worker applied a sync: free the IPC buffers (a full copy of the weights
+        on the trainer's card must not stay there through the rollout)."""
+        if getattr(self, "_ipc_bufs", None) is not None:
+            self._ipc_bufs = None
+            mod = getattr(torch, self.device.type, None)
+            if callable(getattr(mod, "empty_cache", None)):
+                mod.empty_cache()
+
     def use_store(self) -> None:
         """Fall back to the Ray object store (e.g. the driver refused CUDA IPC)."""
         self.transport = "cpu"
@@ -248,13 +258,12 @@ class WeightSender:
         self.reset()
 
     def _prepare_ipc(self, state_dict: Mapping[str, torch.Tensor], version: int) -> SyncPayload:
-        """Full buckets, flattened into buffers allocated once (so each keeps its IPC handle)."""
+        """Full buckets, flattened into device buffers whose IPC handles go in the payload; the
+        buffers live until :meth:`release` (``push_weights`` calls it once workers applied)."""
         from torch.multiprocessing.reductions import reduce_tensor
 
         layout = self.layout(state_dict)
-        bufs = getattr(self, "_ipc_bufs", None)
-        if bufs is None or [b.numel() for b in bufs] != list(layout.bucket_numels):
-            bufs = self._ipc_bufs = [
+        bufs = self._ipc_bufs = [
                 torch.empty(n, dtype=_bits_dtype(_dtype(d)), device=self.device)
                 for n, d in zip(layout.bucket_numels, layout.bucket_dtypes)]
         per_bucket: list[list[torch.Tensor]] = [[] for _ in bufs]
@@ -697,6 +706,8 @@ def push_weights(
     except BaseException:
         sender.reset()
         raise
+    finally:
+        sender.release()
     if any(v != version for v in versions):
         sender.reset()
         raise WeightSyncError(f"workers report versions {versions} after pushing v{version}")

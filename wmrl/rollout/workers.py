@@ -109,7 +109,9 @@ class RolloutActor:
         self.offload_idle = offload_idle and policy is not None and env is not None \
             and self.device.type != "cpu"
         self.shares_obs = policy is not None and env is not None
-        self.policy = build(policy).to(self.device).eval() if policy is not None else None
+        self.policy = build(policy).eval() if policy is not None else None
+        if self.policy is not None and not self.offload_idle:  # else: on its first turn
+            self.policy.to(self.device)
         self.envs: list[Any] = []
         # an env whose config has a device key computes there; others (simulators) get host
         # tensors from a collocated policy
@@ -128,8 +130,10 @@ class RolloutActor:
         self.last_actions: dict[int, torch.Tensor] = {}  # and the policy's actions for the env
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
         self.reward_s = 0.0  # reward-model time inside env steps (envs that report it)
-        self.active_role: str | None = "all"  # both roles' models start on the device
         self.sync_group: SyncGroup | None = None
+        # taking turns: start with nothing on the device (the trainer's setup comes next)
+        self.active_role: str | None = "env"
+        self._switch_to(None)
 
     # ---- roles -------------------------------------------------------------------------
     def _switch_to(self, role: str | None) -> None:
