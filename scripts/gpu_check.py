@@ -37,10 +37,10 @@ from wmrl.config import build, to_container  # noqa: E402
 
 PLACEMENTS = {  # placement -> overrides (on one card: env and policy actors take half each)
     "collocated": ["rollout.placement=collocated", "rollout.weight_sync.transport=device"],
-    "disaggregated": ["rollout.placement=disaggregated", "+rollout.env_resources.GPU=0.5",
-                      "+rollout.policy_resources.GPU=0.5", "rollout.weight_sync.transport=cpu"],
+    "disaggregated": ["rollout.placement=disaggregated", "rollout.env_resources={GPU: 0.5}",
+                      "rollout.policy_resources={GPU: 0.5}", "rollout.weight_sync.transport=cpu"],
     "hybrid": ["rollout.placement=hybrid", "rollout.pipeline_stages=2",
-               "+rollout.env_resources.GPU=0.5", "+rollout.policy_resources.GPU=0.5",
+               "rollout.env_resources={GPU: 0.5}", "rollout.policy_resources={GPU: 0.5}",
                "rollout.weight_sync.transport=gloo"],
 }
 

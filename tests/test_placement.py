@@ -190,3 +190,19 @@ def test_collocated_fit_runs_with_phase_offload(tmp_path, ray_local):
     assert hooks == ["on_train_start", "on_rollout_end", "on_train_batch_end",
                      "on_rollout_end", "on_train_batch_end", "on_train_end"]
     assert "offload/seconds" in trainer.logged_metrics and module.policy_version == 2
+
+
+def test_resource_overrides_compose_from_the_command_line():
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    with initialize_config_dir(conf, version_base="1.3"):
+        cfg = compose("fit", overrides=["run_dir=/tmp/x", "rollout.policy_resources={GPU: 0.5}",
+                                        "rollout.env_resources={render: 1}", "rollout.device=cuda"])
+    assert cfg.rollout.policy_resources == {"GPU": 0.5}
+    assert cfg.rollout.env_resources == {"render": 1}
+    with pytest.raises(ConfigError, match="rollout.env_resources=\\{'render': 1\\} requests no GPU"):
+        place.check_roles(cfg.rollout.device, cfg.rollout.placement,
+                          {"env": cfg.rollout.env_resources, "policy": cfg.rollout.policy_resources})

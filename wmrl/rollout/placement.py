@@ -134,10 +134,12 @@ def check_cluster(needs: Mapping[str, Mapping[str, float]], cluster: Mapping[str
         if want > have + 1e-9:
             keys = [f"{key} ({res[k]:g} for this rank)" for key, res in needs.items()
                     if res.get(k)]
+            how = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}.get(
+                k, f"--resources='{{\"{k}\": N}}'")
             raise ConfigError(
                 f"{', '.join(keys)}: the rollout actors of {ranks} trainer rank(s) need "
                 f"{k}: {want:g} but the Ray cluster has {k}: {have:g}. Lower the request or "
-                f"start Ray with the resource (e.g. ray start --resources='{{\"{k}\": N}}')")
+                f"start Ray with the resource (ray start {how}, then rollout.ray_address=auto)")
 
 
 def request_of(options: Mapping, count: int) -> dict[str, float]:
