@@ -1,130 +1,20 @@
-"""Honest evaluation in the tabletop simulator: ``evaluate_policy`` and ``SimEvalCallback``.
-
-Success is LIBERO's ``success_once`` (the privileged predicate holds at any step) on the fixed
-initial states 0..n-1 of every task (``wmrl.sim.tabletop.initial_state``), with the policy
-sampling at the eval temperature from a seeded generator: the same weights give the same
-numbers. The callback runs in the trainer process (rank 0) on the trainer's own policy.
+"""``SimEvalCallback``: honest evaluation in the tabletop simulator during a fit
+(``wmrl.pipeline.evaluate.evaluate_policy``: success_once on fixed initial states). It runs in
+the trainer process (rank 0) on the trainer's own policy.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from wmrl.sim.rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv, task_by_name
-
-
-@dataclass
-class EvalResult:
-    success: dict[str, float]  # per task name
-    overall: float
-    episodes: int
-    seconds: float
-    videos: list[tuple[str, np.ndarray, bool]] = field(default_factory=list)  # task, frames, ok
-    outcomes: dict[str, list[bool]] = field(default_factory=dict)  # per task, per episode
-
-    def metrics(self, prefix: str = "sim") -> dict[str, float]:
-        out = {f"{prefix}/success": self.overall}
-        out.update({f"{prefix}/success_{k}": v for k, v in self.success.items()})
-        return out
-
-
-@torch.no_grad()
-def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
-                    episodes_per_task: int = 100, temperature: float = 1.0, seed: int = 0,
-                    num_envs: int = 16, repeats: int = 1, num_videos: int = 0,
-                    env: dict | None = None) -> EvalResult:
-    """Roll ``policy`` out on states 0..episodes_per_task-1 of each task, each state
-    ``repeats`` times in a row (repeats > 1 gives groups, as GRPO samples them).
-    ``env``: TabletopEnv kwargs (image_size, max_episode_steps, eval_seed, ...)."""
-    if episodes_per_task < 1 or repeats < 1:
-        raise ValueError(f"episodes_per_task and repeats must be >= 1, got "
-                         f"{episodes_per_task}, {repeats}")
-    kw = dict(env or {})
-    kw.pop("_target_", None)
-    kw.setdefault("terminate_on_success", True)
-    was_training = policy.training
-    policy.eval()
-    source = PolicyActionSource(policy, temperature=temperature, seed=seed)
-    vec = TabletopVecEnv(num_envs, **kw)
-    t0 = time.perf_counter()
-    success, outcomes, videos = {}, {}, []
-    try:
-        for k, task in enumerate(tasks):
-            name = task_by_name(task).name
-            specs = [EpisodeSpec(name, state_id=i) for i in range(episodes_per_task)
-                     for _ in range(repeats)]
-            ok = []
-            # a distinct seed stream per task, so adding a task leaves the others unchanged
-            for j, ep in enumerate(rollout_episodes(vec, source, specs, seed=seed + 7919 * k)):
-                ok.append(ep.success)
-                if j < num_videos:
-                    videos.append((name, ep.frames, ep.success))
-            outcomes[name] = ok
-            success[name] = float(np.mean(ok))
-    finally:
-        vec.close()
-        policy.train(was_training)
-    n = sum(len(v) for v in outcomes.values())
-    overall = float(np.mean([o for v in outcomes.values() for o in v]))
-    return EvalResult(success, overall, n, time.perf_counter() - t0, videos, outcomes)
-
-
-def mixed_group_fraction(outcomes: list[bool], group_size: int) -> float:
-    """Fraction of consecutive groups of ``group_size`` episodes with both outcomes."""
-    o = np.asarray(outcomes, dtype=float).reshape(-1, group_size).mean(1)
-    return float(np.mean((o > 0) & (o < 1)))
-
-
-# ---- artifacts --------------------------------------------------------------------------
-def save_gif(frames: np.ndarray, path: str, fps: int = 10, scale: int = 2) -> str:
-    """uint8 [T, H, W, 3] -> animated GIF (Pillow), written atomically."""
-    from PIL import Image
-
-    imgs = [Image.fromarray(f).resize((f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST)
-            for f in np.asarray(frames, dtype=np.uint8)]
-    tmp = path + ".tmp"
-    imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:],
-                 duration=int(1000 / fps), loop=0)
-    os.replace(tmp, path)
-    return path
-
-
-def save_success_plot(history: list[dict], path: str) -> str:
-    """Simulator success (overall and per task) vs training step -> PNG, with the world
-    model's own success (``wm/success``, its rollouts since the previous eval) beside it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [h["step"] for h in history]
-    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
-    ax.plot(steps, [h["sim/success"] for h in history], "k-o", label="overall", lw=2)
-    for key in sorted(k for k in history[0] if k.startswith("sim/success_")):
-        ax.plot(steps, [h.get(key, np.nan) for h in history], "--", marker=".",
-                label=key.removeprefix("sim/success_"))
-    if any("wm/success" in h for h in history):
-        ax.plot(steps, [h.get("wm/success", np.nan) for h in history], ":", color="gray",
-                marker="s", label="world model (its rollouts)")
-    ax.set(xlabel="training step", ylabel="success", ylim=(-0.02, 1.02))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+from wmrl.pipeline.evaluate import evaluate_policy, save_gif, save_success_plot
+from wmrl.sim.tabletop import TASK_NAMES
 
 
 def world_model_success(pl_module: L.LightningModule, last_steps: int) -> float | None:

@@ -23,8 +23,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from callbacks.sim_eval import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 from wmrl.config import build  # noqa: E402
+from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 
 PREFIX = "policy."
 

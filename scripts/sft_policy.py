@@ -7,7 +7,7 @@
 Writes ``out_dir`` in the OpenVLA-OFT layout (``build_policy(pretrained_path=out_dir,
 unnorm_key=<unnorm_key>)`` loads it) plus ``sft_metrics.json`` (training curve, simulator
 success per task at the eval temperature, and the fraction of GRPO-style groups with mixed
-outcomes at the RL temperature). Targets and statistics: ``wmrl/policies/sft.py``.
+outcomes at the RL temperature). Targets and statistics: ``wmrl/pipeline/sft.py``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from callbacks.sim_eval import evaluate_policy, mixed_group_fraction  # noqa: E402
-from wmrl.policies import sft  # noqa: E402
+from wmrl.pipeline import sft  # noqa: E402
+from wmrl.pipeline.dataset import TrajectoryDataset  # noqa: E402
+from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
 from wmrl.policies.openvla_oft import build_policy, tiny_config  # noqa: E402
-from wmrl.sim.dataset import TrajectoryDataset  # noqa: E402
 
 
 def select_episodes(ds: TrajectoryDataset, per_task: int | None) -> list:

@@ -23,13 +23,14 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.fabric.utilities.init import _materialize_distributed_module
 from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
 
 from strategies import devices, sharding
-from strategies.precision import precision_for_device
+from strategies.precision import param_dtype_for_precision, precision_for_device
 
 
 class HybridShardStrategy(ModelParallelStrategy):
@@ -44,8 +45,12 @@ class HybridShardStrategy(ModelParallelStrategy):
             applied ``fully_shard``.
         root_modules: attribute names of the LightningModule to shard as roots (default: all
             direct children with parameters). Their ``forward`` must be what training calls.
-        param_dtype / reduce_dtype: FSDP2 ``MixedPrecisionPolicy`` (compute in ``param_dtype``,
-            gradients reduced in ``reduce_dtype``); null keeps the parameter dtype.
+            Parameters outside them are neither sharded nor synchronised: a warning names them.
+        param_dtype: compute dtype of the gathered parameters (FSDP2 ``MixedPrecisionPolicy``).
+            None (default) follows the Trainer's precision: ``bf16-mixed``/``bf16-true`` ->
+            bfloat16, ``16-mixed``/``16-true`` -> float16, otherwise the parameters' own dtype
+            (``32-true`` computes in float32). An explicit dtype wins.
+        reduce_dtype: dtype of the gradient reduction; None keeps the gradient dtype.
         reshard_after_forward: free gathered parameters after forward (ZeRO-3) or keep them (ZeRO-2).
         sync_module_states: broadcast rank 0's weights before sharding. Turn off when every rank
             loads the same checkpoint (a broadcast of a multi-billion model can hang).
@@ -68,7 +73,7 @@ class HybridShardStrategy(ModelParallelStrategy):
         shard_size: int | Literal["auto", "world"] = "auto",
         wrap_classes: Sequence[type | str] = (),
         root_modules: Sequence[str] | None = None,
-        param_dtype: str | torch.dtype | None = "bfloat16",
+        param_dtype: str | torch.dtype | None = None,
         reduce_dtype: str | torch.dtype | None = "float32",
         reshard_after_forward: bool = True,
         sync_module_states: bool = True,
@@ -134,12 +139,21 @@ class HybridShardStrategy(ModelParallelStrategy):
             torch.distributed.barrier()
 
     # ---------------------------------------------------------------- sharding
+    def compute_param_dtype(self) -> torch.dtype | None:
+        """``param_dtype`` if set, else the dtype the Trainer's precision computes in (None =
+        keep the parameters' dtype)."""
+        if self.param_dtype is not None:
+            return self.param_dtype
+        return param_dtype_for_precision(getattr(self.precision_plugin, "precision", None))
+
     def _roots(self, module: nn.Module) -> list[nn.Module]:
         if self.root_modules is not None:
             missing = [n for n in self.root_modules if not isinstance(getattr(module, n, None), nn.Module)]
             if missing:
                 raise ValueError(f"strategy.root_modules {missing} are not submodules of {type(module).__name__}.")
-            return [getattr(module, n) for n in self.root_modules]
+            roots = [getattr(module, n) for n in self.root_modules]
+            _warn_unsharded(module, roots, self.root_modules)
+            return roots
         own = [n for n, _ in module.named_parameters(recurse=False)]
         if own:
             raise ValueError(
@@ -157,8 +171,9 @@ class HybridShardStrategy(ModelParallelStrategy):
         if self.sync_module_states:
             sharding.broadcast_module_states(module, device=self.root_device)
         policy = None
-        if self.param_dtype is not None or self.reduce_dtype is not None:
-            policy = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype)
+        param_dtype = self.compute_param_dtype()
+        if param_dtype is not None or self.reduce_dtype is not None:
+            policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=self.reduce_dtype)
         sharding.apply_fully_shard(
             module,
             self.device_mesh,
@@ -257,6 +272,25 @@ class HybridShardStrategy(ModelParallelStrategy):
 
     def teardown(self) -> None:
         super().teardown()
+
+
+def _warn_unsharded(
+    module: nn.Module, roots: Sequence[nn.Module], root_names: Sequence[str], show: int = 5
+) -> list[str]:
+    """Warn (rank 0) about parameters of ``module`` outside every root: FSDP2 neither shards
+    them nor reduces their gradients, so each rank would train its own copy. Returns their names."""
+    inside = {id(p) for root in roots for p in root.parameters()}
+    left = [name for name, p in module.named_parameters() if id(p) not in inside]
+    if left:
+        more = f" and {len(left) - show} more" if len(left) > show else ""
+        rank_zero_warn(
+            f"{len(left)} parameter(s) of {type(module).__name__} are outside "
+            f"strategy.root_modules={list(root_names)}, so they are neither sharded nor "
+            f"synchronised across ranks: {', '.join(left[:show])}{more}. Add their module to "
+            f"root_modules.",
+            category=UserWarning,
+        )
+    return left
 
 
 def _replace(tmp: Path, path: Path) -> None:

@@ -31,6 +31,18 @@ class DeviceMixedPrecision(MixedPrecision):
         super().__init__(precision, device_type, scaler)
 
 
+def param_dtype_for_precision(precision: str | None) -> torch.dtype | None:
+    """The dtype a Trainer ``precision`` computes in: ``bf16-mixed``/``bf16-true`` -> bfloat16,
+    ``16-mixed``/``16-true`` -> float16, anything else (``32-true``, ``64-true``, None) -> None
+    (keep the parameters' dtype)."""
+    flag = str(precision) if precision is not None else ""
+    if flag.startswith("bf16"):
+        return torch.bfloat16
+    if flag in ("16", "16-mixed", "16-true"):
+        return torch.float16
+    return None
+
+
 def precision_for_device(plugin: Precision, device_type: str) -> Precision:
     """Return ``plugin`` unless it is a stock ``MixedPrecision`` aimed at another device type,
     in which case return an equivalent ``DeviceMixedPrecision`` for ``device_type``."""

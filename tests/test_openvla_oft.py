@@ -117,6 +117,11 @@ def test_action_ids_below_padding():
     """vocab_base=10, 4 bins: ids 6..9 are actions, id 9 = bin 0; padding ids >= 10 excluded."""
     logits = torch.tensor([[0.0, 0, 0, 0, 0, 100, 1, 2, 3, 4, 1000, 1000]])
     torch.testing.assert_close(at.bin_logits(logits, 10, 4), torch.tensor([[4.0, 3, 2, 1]]))
+    # only the action ids' columns (ids 6..9), as the policy computes them
+    torch.testing.assert_close(at.bin_logits(logits[:, 6:10], 10, 4, first_id=6),
+                               torch.tensor([[4.0, 3, 2, 1]]))
+    with pytest.raises(ValueError, match="do not cover the action ids"):
+        at.bin_logits(logits[:, 7:10], 10, 4, first_id=7)
     assert at.token_ids_to_bins(torch.tensor(9), 10) == 0
     assert at.bins_to_token_ids(torch.tensor(3), 10) == 6
     draws = torch.multinomial(at.process_logits(at.bin_logits(logits, 10, 4), 1.0).exp(), 500,

@@ -143,7 +143,7 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
         for dm in dms:
             dm.sync_weights(weights, version=3)
             batch = dm.next_batch()
-            assert batch["version"] == 3 and batch["tokens"].shape == (8, 2, 56)
+            assert batch.version == 3 and batch.tokens.shape == (8, 2, 56)
         for actor in dms[0].rollout_workers:
             got = ray.get(actor.get_state.remote())
             assert all(torch.equal(torch.tensor(got[k]), v) for k, v in weights.items())
@@ -206,3 +206,15 @@ def test_resource_overrides_compose_from_the_command_line():
     with pytest.raises(ConfigError, match="rollout.env_resources=\\{'render': 1\\} requests no GPU"):
         place.check_roles(cfg.rollout.device, cfg.rollout.placement,
                           {"env": cfg.rollout.env_resources, "policy": cfg.rollout.policy_resources})
+
+
+def test_env_config_cannot_contradict_the_rollout_sizes():
+    with pytest.raises(ConfigError, match="world_model.max_episode_steps=256 conflicts with the "
+                                          "rollout's 16 \\(rollout.max_episode_steps\\)"):
+        _dm("disaggregated", env={"_target_": "toys.ReachEnv", "max_episode_steps": 256})
+    with pytest.raises(ConfigError, match="world_model.num_envs=8 conflicts with the rollout's "
+                                          "4 per env worker"):
+        _dm("disaggregated", env={"_target_": "toys.ReachEnv", "num_envs": 8},
+            num_env_workers=2)
+    dm = _dm("disaggregated", env={"_target_": "toys.ReachEnv", "group_size": 4})  # agrees
+    assert dm.env_sizes == {"num_envs": 8, "group_size": 4, "chunk": 8, "max_episode_steps": 16}

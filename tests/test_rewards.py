@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from wmrl.interfaces import RewardModel
-from wmrl.rewards.evaluation import (
+from wmrl.pipeline.reward_evaluation import (
     binary_metrics,
     reward_report,
     score_histogram,

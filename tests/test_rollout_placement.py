@@ -40,14 +40,14 @@ def test_placements_give_identical_trajectories(ray_local):
         assert timing["reward_s"] == 0.0  # the toy env has no reward model
     ref = batches["collocated", 2]
     n = 2 * 16
-    assert ref["tokens"].shape == (n, 3, 56) and ref["image"].shape == (n, 3, 8, 8, 3)
-    assert ref["rewards"].shape == (n, 24) and ref["version"] == 7
-    assert 0 < ref["success"].float().mean() < 1
+    assert ref.tokens.shape == (n, 3, 56) and ref.image.shape == (n, 3, 8, 8, 3)
+    assert ref.rewards.shape == (n, 24) and ref.version == 7
+    assert 0 < ref.success.float().mean() < 1
     for key in [("disaggregated", 2), ("hybrid", 2)]:
         for name in ("image", "tokens", "logprobs", "rewards", "dones", "success"):
-            assert torch.equal(batches[key][name], ref[name]), (key, name)
+            assert torch.equal(getattr(batches[key], name), getattr(ref, name)), (key, name)
     # a different stage split is a different sub-batching: same shapes, other samples
-    assert batches["disaggregated", 1]["tokens"].shape == ref["tokens"].shape
+    assert batches["disaggregated", 1].tokens.shape == ref.tokens.shape
 
 
 def test_busy_breakdown_by_hand():

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from callbacks.sim_eval import SimEvalCallback, evaluate_policy, mixed_group_fraction
-from wmrl.policies import sft
+from callbacks.sim_eval import SimEvalCallback
+from wmrl.pipeline import sft
+from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
@@ -56,8 +57,8 @@ def test_bins_round_trip_within_a_bin():
 
 @pytest.fixture(scope="module")
 def demos():
+    from wmrl.pipeline.sim_rollout import EpisodeSpec, rollout_episodes
     from wmrl.sim.expert import ScriptedExpert
-    from wmrl.sim.rollout import EpisodeSpec, rollout_episodes
     from wmrl.sim.tabletop import TabletopVecEnv
 
     vec = TabletopVecEnv(3, image_size=32, max_episode_steps=24)

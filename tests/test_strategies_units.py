@@ -218,6 +218,7 @@ def test_hydra_configs_instantiate():
     full = instantiate(OmegaConf.load(ROOT / "conf/strategy/full_shard.yaml"))
     assert isinstance(hybrid, HybridShardStrategy) and hybrid.shard_size == "auto"
     assert isinstance(full, HybridShardStrategy) and full.shard_size == "world"
+    assert hybrid.param_dtype is None and full.param_dtype is None  # follow the Trainer
     assert OmegaConf.load(ROOT / "conf/strategy/auto.yaml").strategy == "auto"
 
 
@@ -234,3 +235,135 @@ def test_strategies_imports_only_torch_and_lightning():
             for name in names:
                 top = name.split(".")[0]
                 assert top in allowed or top in stdlib, f"{path.name} imports {name}"
+
+
+def test_param_dtype_follows_trainer_precision():
+    """``param_dtype=None`` (the default) computes in the Trainer's precision; an explicit
+    dtype wins (the default used to be bfloat16 even under ``precision="32-true"``)."""
+    import lightning.pytorch as pl
+
+    from strategies import HybridShardStrategy, param_dtype_for_precision
+
+    assert HybridShardStrategy().param_dtype is None
+    expected = {"32-true": None, "bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16,
+                "16-true": torch.float16}  # what ModelParallelStrategy accepts
+    for precision, dtype in expected.items():
+        t = pl.Trainer(accelerator="cpu", devices=1, precision=precision,
+                       strategy=HybridShardStrategy(), logger=False)
+        assert t.strategy.compute_param_dtype() == dtype, precision
+    for flag in ("16-mixed", "16"):
+        assert param_dtype_for_precision(flag) == torch.float16
+    assert param_dtype_for_precision("64-true") is None and param_dtype_for_precision(None) is None
+    t = pl.Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
+                   strategy=HybridShardStrategy(param_dtype="float32"))
+    assert t.strategy.compute_param_dtype() == torch.float32
+    t = pl.Trainer(accelerator="cpu", devices=1, precision="32-true", logger=False,
+                   strategy=HybridShardStrategy(param_dtype="bf16"))
+    assert t.strategy.compute_param_dtype() == torch.bfloat16
+
+
+def test_root_modules_leaving_parameters_out_warns():
+    import warnings
+
+    from strategies import HybridShardStrategy
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.policy = nn.Linear(2, 2)
+            self.head = nn.Sequential(*[nn.Linear(2, 2) for _ in range(3)])  # 6 params left out
+            self.frozen = nn.Module()  # no parameters: nothing to say
+
+    s = HybridShardStrategy(root_modules=["policy"])
+    with pytest.warns(UserWarning, match="6 parameter.*root_modules=\\['policy'\\]") as rec:
+        roots = s._roots(M())
+    assert roots[0] is not None and len(roots) == 1
+    msg = str(rec[0].message)
+    assert "head.0.weight, head.0.bias, head.1.weight, head.1.bias, head.2.weight and 1 more" in msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HybridShardStrategy(root_modules=["policy", "head"])._roots(M())  # all covered: silent
+
+
+_ONE_PROCESS_FIT = r"""
+import json, sys, tempfile, warnings
+from pathlib import Path
+import lightning.pytorch as pl, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+import strategies
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.compute_dtypes = []
+        self.body[0].register_forward_pre_hook(
+            lambda m, args: self.compute_dtypes.append(str(m.weight.dtype)))
+    def training_step(self, batch, _):
+        return nn.functional.mse_loss(self.body(batch[0]).float(), batch[1])
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.1)
+
+def fit(precision, **kw):
+    torch.manual_seed(0)
+    x = torch.randn(16, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)
+    s = strategies.HybridShardStrategy(**kw)
+    t = pl.Trainer(accelerator="cpu", devices=1, strategy=s, precision=precision, max_steps=2,
+                   logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False)
+    net = Net()
+    t.fit(net, loader)
+    return t, net
+
+res = {}
+t, net = fit("32-true")
+res["dtype_32"] = net.compute_dtypes
+full = {k: v.full_tensor() for k, v in net.state_dict().items()}
+exp_avg = t.optimizers[0].state[net.body[2].bias]["exp_avg"].full_tensor()
+tmp = Path(tempfile.mkdtemp())
+t.save_checkpoint(tmp / "sharded.ckpt")
+t.strategy._save_distributed_checkpoint = False
+t.save_checkpoint(tmp / "one_file.ckpt")
+torch.distributed.destroy_process_group()  # loading needs no process group
+assert not torch.distributed.is_initialized()
+res["dcp_is_dir"] = (tmp / "sharded.ckpt").is_dir()
+for name in ("sharded.ckpt", "one_file.ckpt"):
+    sd = strategies.load_full_state_dict(tmp / name)
+    res[name] = sorted(sd) == sorted(full) and all(
+        type(sd[k]) is torch.Tensor and torch.equal(sd[k], full[k]) for k in full)
+ckpt = strategies.load_full_checkpoint(tmp / "sharded.ckpt")
+opt = ckpt["optimizer_states"][0]
+res["meta"] = [ckpt["global_step"], sorted(opt["state"]["body.0.weight"]),
+               opt["param_groups"][0]["lr"], opt["param_groups"][0]["params"][:2]]
+res["exp_avg"] = torch.equal(opt["state"]["body.2.bias"]["exp_avg"], exp_avg)
+t, net = fit("bf16-mixed")
+res["dtype_bf16"] = net.compute_dtypes
+t, net = fit("bf16-mixed", param_dtype="float32")
+res["dtype_bf16_explicit_fp32"] = net.compute_dtypes
+print("RESULT" + json.dumps(res))
+"""
+
+
+def test_one_process_fit_dtypes_and_full_state_dict(tmp_path):
+    """One CPU process (gloo): compute dtype follows the Trainer precision in a real fit, and
+    ``load_full_state_dict`` reads the sharded (DCP) and single-file checkpoints back, without
+    a process group, equal to the trained weights."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK"):
+        env.pop(key, None)
+    out = subprocess.run([sys.executable, "-c", _ONE_PROCESS_FIT], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = json.loads(out.stdout.split("RESULT", 1)[1])
+    assert set(res["dtype_32"]) == {"torch.float32"}, res["dtype_32"]
+    assert set(res["dtype_bf16"]) == {"torch.bfloat16"}, res["dtype_bf16"]
+    assert set(res["dtype_bf16_explicit_fp32"]) == {"torch.float32"}
+    assert res["dcp_is_dir"] and res["sharded.ckpt"] and res["one_file.ckpt"]
+    assert res["meta"] == [2, ["exp_avg", "exp_avg_sq", "step"], 0.1, ["body.0.weight", "body.0.bias"]]
+    assert res["exp_avg"]

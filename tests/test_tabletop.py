@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
+from wmrl.pipeline.dataset import Episode, TrajectoryDataset, TrajectoryWriter
+from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.expert import ScriptedExpert
-from wmrl.sim.rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import (
     BLOCK_HALF,
     INIT_DIM,

@@ -11,10 +11,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from wmrl.rewards.data import reward_frames_from_trajectories
-from wmrl.sim.dataset import Episode, TrajectoryWriter
-from wmrl.world_model import train as T
-from wmrl.world_model.metrics import psnr, ssim
+from wmrl.pipeline import world_model_training as T
+from wmrl.pipeline.dataset import Episode, TrajectoryWriter
+from wmrl.pipeline.image_metrics import psnr, ssim
+from wmrl.pipeline.reward_data import reward_frames_from_trajectories
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,8 +67,8 @@ def test_clip_layout_matches_env():
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
+    from wmrl.pipeline.sim_rollout import EpisodeSpec, rollout_episodes
     from wmrl.sim.expert import ScriptedExpert
-    from wmrl.sim.rollout import EpisodeSpec, rollout_episodes
     from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 
     root = tmp_path_factory.mktemp("wm")
@@ -162,8 +162,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
 
     # imagined frames for the reward: one per simulator step 1..12 of each 12-step episode,
     # labelled with the simulator's label of the same step
-    from wmrl.rewards.data import imagined_frames
-    from wmrl.sim.dataset import TrajectoryDataset
+    from wmrl.pipeline.dataset import TrajectoryDataset
+    from wmrl.pipeline.reward_data import imagined_frames
 
     f, y, ids, names = imagined_frames(data, tmp_path / "wm", batch_size=2)
     sim = np.concatenate([ep.success_labels[1:] for ep in TrajectoryDataset(data)])
@@ -171,8 +171,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     assert y.tolist() == sim.astype(np.uint8).tolist() and names == obs["task"][:1]
     # replay of episode 0 through an env: the same frames for its first chunk
     ep0 = next(iter(TrajectoryDataset(data)))
-    from wmrl.rewards.data import _NeverSuccess
-    from wmrl.world_model import train as T
+    from wmrl.pipeline import world_model_training as T
+    from wmrl.pipeline.reward_data import _NeverSuccess
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
                            _NeverSuccess(), T.episode_initial_states([ep0]),
@@ -208,7 +208,7 @@ def test_foreground_weights_hand_checked():
 
 
 def test_gripper_event_clips_are_drawn_more_often():
-    from wmrl.world_model.train import clip_sampling_weights
+    from wmrl.pipeline.world_model_training import clip_sampling_weights
 
     acts = -torch.ones(3, 13, 7)  # gripper open throughout
     acts[1, 8:, 6] = 1.0  # closes mid-chunk: a grasp

@@ -12,8 +12,9 @@ from wmrl.envs.initial_states import (
     synthetic_initial_states,
     write_initial_states,
 )
-from wmrl.envs.wan_env import WanWorldModelEnv, u8_to_unit_np
+from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.interfaces import ChunkEnv, RewardModel
+from wmrl.pixels import u8_to_unit_np
 
 CFG = OmegaConf.to_container(OmegaConf.load("conf/world_model/wan_tiny.yaml"), resolve=False)
 WORLD_MODEL = {k: v for k, v in CFG["world_model"].items() if k != "path"}

@@ -62,8 +62,8 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
 def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer, GRPOModule]:
     validate(cfg)  # before Ray or any model starts
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = build_datamodule(cfg)  # first: its config checks are cheap, the policy is not
     module = build_module(cfg)
-    datamodule = build_datamodule(cfg)
     trainer = build_trainer(cfg, extra_callbacks)
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
                 weights_only=True)

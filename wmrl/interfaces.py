@@ -7,9 +7,10 @@ obs = {"image": uint8 tensor [B, H, W, 3], "task": list[str] of length B}.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 
@@ -63,3 +64,45 @@ class ChunkEnv(Protocol):
         """actions [B, C, D] -> (obs, rewards [B, C], terminations [B, C] bool,
         truncations [B, C] bool, info)."""
         ...
+
+
+@dataclass
+class TrajectoryBatch:
+    """One rollout batch, engine -> ``RolloutDataModule`` -> ``GRPOModule``.
+
+    N = epochs x num_envs trajectories (``group_size`` consecutive ones share an initial
+    state), K chunks, C env steps per chunk, L = C x D tokens per chunk::
+
+        image      uint8   [N, K, H, W, 3]   observation the policy saw before chunk k
+        tokens     int64   [N, K, L]         sampled action bins
+        logprobs   float32 [N, K, L]         log-probs at sampling time (the "old" policy)
+        rewards    float32 [N, K*C]          per env step
+        dones      bool    [N, K*C]          termination or truncation
+        success    bool    [N]               success at any step of the episode
+        task       list[str] of N
+        version    int                       policy weight version every sample used
+
+    Arrays are numpy inside the rollout engine and torch tensors (``to_torch``) after it.
+    """
+
+    image: Any
+    tokens: Any
+    logprobs: Any
+    rewards: Any
+    dones: Any
+    success: Any
+    task: list[str]
+    version: int
+
+    ARRAYS = ("image", "tokens", "logprobs", "rewards", "dones", "success")
+
+    def to_torch(self) -> TrajectoryBatch:
+        """numpy arrays -> torch tensors (no copy for contiguous arrays)."""
+        def conv(x):
+            return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+
+        return TrajectoryBatch(**{f.name: conv(getattr(self, f.name)) for f in fields(self)})
+
+    @property
+    def num_trajectories(self) -> int:
+        return len(self.task)

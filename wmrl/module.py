@@ -38,6 +38,7 @@ import torch
 
 from wmrl.algorithms import grpo
 from wmrl.config import build
+from wmrl.interfaces import TrajectoryBatch
 from wmrl.tracing import Tracer
 
 
@@ -96,7 +97,7 @@ class GRPOModule(L.LightningModule):
         return torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
 
     # ---- the step --------------------------------------------------------------------
-    def training_step(self, dataloader_iter: Iterator[dict[str, Any]]) -> None:
+    def training_step(self, dataloader_iter: Iterator[TrajectoryBatch]) -> None:
         t0 = time.perf_counter()
         with Tracer.trace_span("trainer.wait_rollout"):
             batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
@@ -105,7 +106,7 @@ class GRPOModule(L.LightningModule):
             hook = getattr(cb, "on_rollout_end", None)
             if callable(hook):
                 hook(self.trainer, self)
-        if batch["version"] != self.policy_version:
+        if batch.version != self.policy_version:
             raise RuntimeError(
                 f"rollout used policy version {batch['version']} but the trainer is at "
                 f"{self.policy_version}: weight sync did not reach the rollout workers"
@@ -131,13 +132,13 @@ class GRPOModule(L.LightningModule):
     def success_history(self) -> list[float]:
         return [m["rollout/success"] for m in self.history]
 
-    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+    def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """All optimizer steps for one rollout batch; returns step metrics (floats)."""
-        n, k, per_chunk = batch["tokens"].shape
-        returns, step_mask = grpo.trajectory_returns(batch["rewards"].float(), batch["dones"])
+        n, k, per_chunk = batch.tokens.shape
+        returns, step_mask = grpo.trajectory_returns(batch.rewards.float(), batch.dones)
         chunk_mask = step_mask.view(n, k, -1)[:, :, 0]  # a chunk is valid if its 1st step is
         advantages = grpo.group_advantages(returns, self.group_size, scale=self.advantage_scale)
-        success = batch["success"].float()
+        success = batch.success.float()
         keep = (grpo.informative_groups(success, self.group_size) if self.filter_groups
                 else torch.ones(n, dtype=torch.bool))
         metrics = {
@@ -178,10 +179,10 @@ class GRPOModule(L.LightningModule):
             adv = torch.cat([adv, adv.new_zeros(pad)])
             w = torch.cat([w, w.new_zeros(pad, per_chunk)])
         samples = {
-            "image": batch["image"][src, chunk],
-            "task": [batch["task"][i] for i in src.tolist()],
-            "tokens": batch["tokens"][src, chunk],
-            "old_logprobs": batch["logprobs"][src, chunk].float(),
+            "image": batch.image[src, chunk],
+            "task": [batch.task[i] for i in src.tolist()],
+            "tokens": batch.tokens[src, chunk],
+            "old_logprobs": batch.logprobs[src, chunk].float(),
             "advantages": adv,
             "weights": w,
         }

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from wmrl.atomic import atomic_path
+
 _ENABLED = os.environ.get("WMRL_TRACING", "0").lower() in ("1", "true", "yes")
 _now = time.perf_counter_ns
 _OFFSET_NS = time.time_ns() - _now()
@@ -227,12 +229,9 @@ class Tracer:
         meta = {(e["name"], e["pid"], e["tid"]): e for e in events if e.get("ph") == "M"}
         spans = sorted((e for e in events if e.get("ph") != "M"), key=lambda e: e["ts"])
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
+        with atomic_path(path) as tmp, open(tmp, "w") as f:
             json.dump({"traceEvents": list(meta.values()) + spans,
                        "displayTimeUnit": "ms"}, f, default=str)
-        os.replace(tmp, path)
         return path
 
 

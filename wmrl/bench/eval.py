@@ -13,7 +13,7 @@ ENV = {"image_size": [64, 64], "max_episode_steps": 64}
 
 
 def run(episodes: int = EPISODES) -> list[dict]:
-    from callbacks.sim_eval import evaluate_policy
+    from wmrl.pipeline.evaluate import evaluate_policy
     from wmrl.policies.openvla_oft import build_policy, tiny_config
 
     cfg = tiny_config(image_size=32)

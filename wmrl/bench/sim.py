@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
+from wmrl.pipeline.sim_rollout import evaluate_success
 from wmrl.sim.expert import ScriptedExpert
-from wmrl.sim.rollout import evaluate_success
 from wmrl.sim.tabletop import TASK_NAMES, TabletopEnv
 
 NOISE_LEVELS = {

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+
+from wmrl.atomic import atomic_path, write_text
 
 FORMAT = "wmrl.initial_states/v1"
 TENSORS = "initial_states.safetensors"
@@ -106,17 +107,6 @@ class InitialStates:
         )
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_initial_states(
     path: str | os.PathLike,
     frames,
@@ -137,9 +127,10 @@ def write_initial_states(
     if states.has_context:
         tensors["context_frames"] = states.context_frames.contiguous()
         tensors["context_actions"] = states.context_actions.contiguous()
-    _atomic_write(root / TENSORS, lambda p: save_file(tensors, p))
+    with atomic_path(root / TENSORS) as tmp:
+        save_file(tensors, tmp)
     body = json.dumps({"format": FORMAT, "tasks": states.tasks}, indent=1)
-    _atomic_write(root / TASKS, lambda p: Path(p).write_text(body))
+    write_text(root / TASKS, body)
     return root
 
 

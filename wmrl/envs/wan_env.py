@@ -18,7 +18,7 @@ One ``chunk_step(actions [B, 8, 7])``:
   success r_t = 1[s_t >= success_threshold] (RLinf returns the reward model's 0/1 output).
 
 ``return_frames`` adds info["frames"]: all ``chunk`` new frames, uint8 [B, chunk, H, W, 3]
-(zeros for finished rows), e.g. to label imagined frames (wmrl.rewards.data.imagined_frames).
+(zeros for finished rows), e.g. to label imagined frames (wmrl.pipeline.reward_data.imagined_frames).
 
 Finished envs are not generated any more: the model runs only on the active rows, outputs keep
 their [B, ...] shapes (zeros for finished rows, their last frame as observation).
@@ -46,22 +46,8 @@ from wmrl.envs.initial_states import (
     group_state_ids,
     seed_reset_generator,
 )
+from wmrl.pixels import u8_to_unit_np, unit_to_u8_np, unit_to_u8_torch
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
-
-
-def u8_to_unit_np(x: np.ndarray) -> np.ndarray:
-    """uint8 [0, 255] -> float32 [-1, 1] (the host/NumPy path)."""
-    return x.astype(np.float32) / np.float32(127.5) - np.float32(1.0)
-
-
-def unit_to_u8_np(x: np.ndarray) -> np.ndarray:
-    """float32 [-1, 1] -> uint8, rounding to nearest (half to even)."""
-    return np.rint(np.clip((x + np.float32(1.0)) * np.float32(127.5), 0, 255)).astype(np.uint8)
-
-
-def unit_to_u8_torch(x: torch.Tensor) -> torch.Tensor:
-    """Same arithmetic as ``unit_to_u8_np``, on the tensor's device."""
-    return ((x + 1.0) * 127.5).clamp_(0, 255).round_().to(torch.uint8)
 
 
 def _build_reward(reward):

@@ -21,13 +21,18 @@ import torch.nn.functional as F
 GRIPPER_MODES = ("libero", "none")
 
 
-def bin_logits(logits: torch.Tensor, vocab_base: int, n_bins: int) -> torch.Tensor:
-    """Full-vocabulary logits [..., V] -> logits over the action bins [..., n_bins], bin-ordered.
+def bin_logits(logits: torch.Tensor, vocab_base: int, n_bins: int,
+               first_id: int = 0) -> torch.Tensor:
+    """Logits over token ids ``first_id, first_id + 1, ...`` [..., V] -> logits over the action
+    bins [..., n_bins], bin-ordered (bin i = id ``vocab_base - 1 - i``).
 
-    Restricting to these columns is the same as setting every other id to -inf."""
-    if logits.shape[-1] < vocab_base:
-        raise ValueError(f"logits have {logits.shape[-1]} columns < vocab_base {vocab_base}")
-    return logits[..., vocab_base - n_bins : vocab_base].flip(-1)
+    Restricting to these columns is the same as setting every other id to -inf. ``first_id``
+    lets a caller compute only the action ids' logits (``first_id = vocab_base - n_bins``)."""
+    lo, hi = vocab_base - n_bins - first_id, vocab_base - first_id
+    if lo < 0 or logits.shape[-1] < hi:
+        raise ValueError(f"logits of ids [{first_id}, {first_id + logits.shape[-1]}) do not "
+                         f"cover the action ids [{vocab_base - n_bins}, {vocab_base})")
+    return logits[..., lo:hi].flip(-1)
 
 
 def bins_to_token_ids(bins: torch.Tensor, vocab_base: int) -> torch.Tensor:

@@ -459,8 +459,9 @@ class OpenVLAOFTPolicy(nn.Module):
                                            position_ids=pos, use_cache=False).last_hidden_state
         start = n_pre + t - 1  # last prompt token predicts action 0
         h = hidden[:, start : start + n_act]
-        w = self.language_model.lm_head.weight[self.vocab_base - self.n_bins : self.vocab_base]
-        return F.linear(h, w).float().flip(-1)  # only action ids: same as -inf elsewhere
+        first = self.vocab_base - self.n_bins  # only the action ids' rows of the head
+        logits = F.linear(h, self.language_model.lm_head.weight[first: self.vocab_base])
+        return at.bin_logits(logits.float(), self.vocab_base, self.n_bins, first_id=first)
 
     @torch.no_grad()
     def sample(self, obs: dict, temperature: float = 1.6,

@@ -22,8 +22,6 @@ Checkpoints: a ``.pth``/``.pt`` state dict (optionally under ``model_state_dict`
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from wmrl.atomic import atomic_path
+from wmrl.pixels import u8_to_unit_torch
 from wmrl.rewards.base import LazyRewardModel, seeded_init
 
 REAL_CONFIG: dict[str, Any] = {
@@ -147,7 +147,7 @@ def frames_to_input(frames: torch.Tensor, image_size: Sequence[int] | None = Non
     if frames.dtype != torch.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"reward frames: expected uint8 [N, H, W, 3], got {frames.dtype} "
                          f"{tuple(frames.shape)}")
-    x = frames.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+    x = u8_to_unit_torch(frames.permute(0, 3, 1, 2))
     if image_size is not None and tuple(x.shape[-2:]) != tuple(image_size):
         x = F.interpolate(x, size=tuple(image_size), mode="bilinear", align_corners=False,
                           antialias=True).clamp_(-1.0, 1.0)
@@ -196,15 +196,8 @@ def save_checkpoint(model: nn.Module, config: dict, out_dir: str | Path) -> Path
         ("model.safetensors", lambda p: save_file(state, p)),
         ("config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2))),
     ):
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_path(out / name) as tmp:
             write(tmp)
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-            os.replace(tmp, out / name)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
     return out
 
 

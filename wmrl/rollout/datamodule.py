@@ -20,11 +20,11 @@ import time
 from typing import Any, Iterator
 
 import lightning as L
-import numpy as np
 import ray
 import torch
 
-from wmrl.config import to_container
+from wmrl.config import ConfigError, to_container
+from wmrl.interfaces import TrajectoryBatch
 from wmrl.rollout import placement as place
 from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
 from wmrl.rollout.sync_group import SyncGroup, free_port
@@ -65,6 +65,17 @@ class RolloutDataModule(L.LightningDataModule):
         super().__init__()
         self.policy_cfg = to_container(policy)
         self.env_cfg = to_container(env)
+        # the rollout group owns the env sizes: an env config that says otherwise is refused
+        self.env_sizes = dict(num_envs=num_envs // max(num_env_workers, 1),
+                              group_size=group_size, chunk=chunk,
+                              max_episode_steps=max_episode_steps)
+        for key, value in self.env_sizes.items():
+            if key in self.env_cfg and self.env_cfg[key] != value:
+                per = " per env worker" if key == "num_envs" else ""
+                raise ConfigError(
+                    f"world_model.{key}={self.env_cfg[key]} conflicts with the rollout's "
+                    f"{value}{per} (rollout.{key}): the rollout group sets env sizes; remove "
+                    f"world_model.{key}")
         self.num_envs = num_envs
         self.group_size = group_size
         self.rollout_epochs = rollout_epochs
@@ -175,9 +186,7 @@ class RolloutDataModule(L.LightningDataModule):
         roles = self._options()
         place.check_cluster({key: place.request_of(opts, n) for key, (opts, n, _) in roles.items()},
                             ray.cluster_resources(), ranks=world_size)
-        env = dict(self.env_cfg, num_envs=self.num_envs // self.num_env_workers,
-                   group_size=self.group_size, chunk=self.chunk,
-                   max_episode_steps=self.max_episode_steps)
+        env = dict(self.env_cfg, **self.env_sizes)
         common = dict(stages=self.stages, num_threads=self.worker_threads, tracing=self.tracing,
                       device=self.device, compute_on_cpu=self.compute_on_cpu)
         policy = dict(policy=self.policy_cfg, zero_copy_weights=self.zero_copy_weights)
@@ -228,10 +237,10 @@ class RolloutDataModule(L.LightningDataModule):
         self.rollout_step = int(state_dict["rollout_step"])
 
     # ---- data ------------------------------------------------------------------------
-    def train_dataloader(self) -> Iterator[dict[str, Any]]:
+    def train_dataloader(self) -> Iterator[TrajectoryBatch]:
         return _RolloutStream(self)
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> TrajectoryBatch:
         start = time.time()
         batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
                                  self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step)
@@ -244,7 +253,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.trace_events += [ev for _, events, _ in records for ev in events]
         self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end),
                             "reward_s": sum(r for _, _, r in records)}
-        return to_torch_batch(batch)
+        return batch.to_torch()
 
     # ---- weight sync -----------------------------------------------------------------
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
@@ -272,10 +281,5 @@ class _RolloutStream:
     def __iter__(self) -> "_RolloutStream":
         return self
 
-    def __next__(self) -> dict[str, Any]:
+    def __next__(self) -> TrajectoryBatch:
         return self.dm.next_batch()
-
-
-def to_torch_batch(batch: dict[str, Any]) -> dict[str, Any]:
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
-            for k, v in batch.items()}

@@ -13,19 +13,8 @@ Placement (``RolloutPlan``):
   model steps one stage, the policy samples the next (actor mailboxes are the bounded
   queue between them: at most ``stages`` chunks in flight per env actor).
 
-All placements use the same stages and seeds, hence the same trajectories.
-
-Batch layout (numpy; N = epochs x num_envs trajectories, groups consecutive; K chunks,
-C steps per chunk, L tokens per chunk)::
-
-    image      uint8   [N, K, H, W, 3]   observation the policy saw before chunk k
-    tokens     int64   [N, K, L]         sampled action bins
-    logprobs   float32 [N, K, L]         log-probs at sampling time (the "old" policy)
-    rewards    float32 [N, K*C]          per env step
-    dones      bool    [N, K*C]          termination or truncation
-    success    bool    [N]               success at any step of the episode
-    task       list[str] of N
-    version    int                       policy weight version every sample used
+All placements use the same stages and seeds, hence the same trajectories. The result is
+a :class:`wmrl.interfaces.TrajectoryBatch` of numpy arrays (layout in its docstring).
 """
 
 from __future__ import annotations
@@ -35,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import ray
+
+from wmrl.interfaces import TrajectoryBatch
 
 PLACEMENTS = ("collocated", "disaggregated", "hybrid")
 
@@ -57,7 +48,7 @@ def call_seed(seed: int, epoch: int, actor: int, stage: int, chunk: int) -> int:
 
 
 def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
-                     seed: int) -> dict[str, Any]:
+                     seed: int) -> TrajectoryBatch:
     """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks."""
     pending = []  # per (epoch, env actor, stage): (sample record refs, step record refs)
     for epoch in range(epochs):
@@ -97,15 +88,13 @@ def assemble(samples: list[dict], steps: list[dict]) -> dict[str, Any]:
     }
 
 
-def concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def concat(parts: list[dict[str, Any]]) -> TrajectoryBatch:
     versions = set().union(*(p["versions"] for p in parts))
     if len(versions) != 1:
         raise RuntimeError(f"one rollout batch mixed policy weight versions {sorted(versions)}")
-    out = {k: np.concatenate([p[k] for p in parts], axis=0)
-           for k in ("image", "tokens", "logprobs", "rewards", "dones", "success")}
-    out["task"] = [t for p in parts for t in p["task"]]
-    out["version"] = versions.pop()
-    return out
+    arrays = {k: np.concatenate([p[k] for p in parts], axis=0) for k in TrajectoryBatch.ARRAYS}
+    return TrajectoryBatch(**arrays, task=[t for p in parts for t in p["task"]],
+                           version=versions.pop())
 
 
 def busy_breakdown(intervals: list[tuple[str, float, float]], start: float,

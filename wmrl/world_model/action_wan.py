@@ -29,7 +29,6 @@ On-disk layout (``save_pretrained`` / ``from_pretrained``)::
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -458,6 +457,3 @@ def build_world_model(cfg: dict[str, Any] | ActionWanModel) -> ActionWanModel:
             raise ValueError(f"world_model needs either `path` or a `{key}` config")
     return ActionWanModel.from_config(cfg)
 
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(math.prod(p.shape) for p in model.parameters())

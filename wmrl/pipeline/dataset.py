@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from wmrl.atomic import atomic_path, write_text
+
 FORMAT = "wmrl-trajectories"
 VERSION = 1
 
@@ -73,9 +75,7 @@ class Episode:
 
 
 def _atomic_write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    write_text(path, json.dumps(obj, indent=2))
 
 
 class TrajectoryWriter:
@@ -145,10 +145,8 @@ class TrajectoryWriter:
             "state_id": np.array([e.state_id for e in eps], dtype=np.int64),
         }
         name = f"episodes-{len(self.shards):05d}.safetensors"
-        tmp = self.dir / (name + ".tmp")
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
-        os.chmod(tmp, 0o644)  # safetensors creates the file owner-only
-        os.replace(tmp, self.dir / name)
+        with atomic_path(self.dir / name) as tmp:
+            save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp)
         self.shards.append({"file": name, "n_episodes": len(eps)})
         self._write_meta()
 

@@ -1,4 +1,4 @@
-"""Reward-model training frames from simulator trajectory datasets (wmrl.sim.dataset).
+"""Reward-model training frames from simulator trajectory datasets (wmrl.pipeline.dataset).
 
 Every frame of every episode is a sample labelled with the simulator's privileged success
 predicate for that frame. Failure frames vastly outnumber success frames (an episode has a
@@ -13,7 +13,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from wmrl.sim.dataset import TrajectoryDataset
+from wmrl.envs.wan_env import WanWorldModelEnv
+from wmrl.pipeline.dataset import TrajectoryDataset
+from wmrl.pipeline.world_model_training import (
+    CHUNK,
+    CONDITION_FRAMES,
+    episode_initial_states,
+    open_loop_replay,
+)
+from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
+from wmrl.sim.tabletop import task_by_name
+from wmrl.world_model.action_wan import ActionWanModel
 
 
 def _keep(success: np.ndarray, negative_stride: int) -> np.ndarray:
@@ -32,8 +42,6 @@ def reward_frames_from_trajectories(
 
     ``tasks``: keep only these (names or instructions); ``negative_stride``: keep every k-th
     failure frame per episode (all success frames are kept)."""
-    from wmrl.sim.tabletop import task_by_name
-
     dirs = [dataset_dir] if isinstance(dataset_dir, (str, os.PathLike)) else list(dataset_dir)
     if negative_stride < 1:
         raise ValueError(f"negative_stride must be >= 1, got {negative_stride}")
@@ -63,14 +71,11 @@ def vae_roundtrip(frames: np.ndarray, world_model_dir: str | os.PathLike,
     judge the world model's blurrier frames as it judges simulator frames."""
     import torch
 
-    from wmrl.envs.wan_env import unit_to_u8_torch
-    from wmrl.world_model.action_wan import ActionWanModel
-
     model = ActionWanModel.from_pretrained(world_model_dir).eval()
     out = []
     with torch.no_grad():
         for i in range(0, len(frames), batch_size):
-            x = torch.from_numpy(frames[i : i + batch_size]).float().div(127.5).sub(1.0)
+            x = u8_to_unit_torch(torch.from_numpy(frames[i : i + batch_size]))
             x = x.permute(0, 3, 1, 2)[:, :, None]  # [B, 3, 1, H, W]
             rec = model.decode(model.encode(x))[:, :, 0].permute(0, 2, 3, 1)
             out.append(unit_to_u8_torch(rec).numpy())
@@ -106,16 +111,6 @@ def imagined_frames(
     only when imagined successes and failures look different; when they don't (the tabletop
     assets: AUC 0.55, README), it teaches the reward to fire on the motion alone and raises
     false positives. The frames also serve to measure exactly that."""
-    from wmrl.envs.wan_env import WanWorldModelEnv
-    from wmrl.sim.tabletop import task_by_name
-    from wmrl.world_model.action_wan import ActionWanModel
-    from wmrl.world_model.train import (
-        CHUNK,
-        CONDITION_FRAMES,
-        episode_initial_states,
-        open_loop_replay,
-    )
-
     dirs = [dataset_dir] if isinstance(dataset_dir, (str, os.PathLike)) else list(dataset_dir)
     if negative_stride < 1:
         raise ValueError(f"negative_stride must be >= 1, got {negative_stride}")

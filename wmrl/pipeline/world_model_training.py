@@ -31,9 +31,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wmrl.sim.dataset import TrajectoryDataset
+from wmrl.envs.initial_states import InitialStates, write_initial_states
+from wmrl.pipeline.dataset import TrajectoryDataset
+from wmrl.pipeline.image_metrics import psnr, ssim, u8_video_to_unit
+from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
+from wmrl.sim.tabletop import initial_frames, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
-from wmrl.world_model.metrics import psnr, ssim, u8_video_to_unit
 
 CONDITION_FRAMES = 5
 CHUNK = 8
@@ -70,7 +73,6 @@ def build_clip(frames: np.ndarray, actions: np.ndarray, start: int,
 @dataclass
 class ClipSet:
     """Clips of every chunk of every episode, held in memory."""
-
     frames: torch.Tensor  # uint8 [N, 13, H, W, 3]
     actions: torch.Tensor  # float32 [N, 13, 7]
     episode: torch.Tensor  # int64 [N]: index of the source episode in load order
@@ -81,15 +83,13 @@ class ClipSet:
 
     def video(self, idx) -> torch.Tensor:
         """float [B, 3, 13, H, W] in [-1, 1] (the env's uint8 -> unit mapping)."""
-        return self.frames[idx].float().div(127.5).sub(1.0).permute(0, 4, 1, 2, 3)
+        return u8_to_unit_torch(self.frames[idx]).permute(0, 4, 1, 2, 3)
 
 
 def load_episodes(dirs: Sequence[str | Path], tasks: Sequence[str] | None = None,
                   max_episodes: int | None = None) -> list:
     """Episodes of the trajectory datasets ``dirs`` (optionally only ``tasks``: names or
     instructions) in order."""
-    from wmrl.sim.tabletop import task_by_name
-
     want = None if not tasks else {task_by_name(t).instruction for t in tasks}
     eps = []
     for d in dirs:
@@ -151,7 +151,7 @@ def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 
     bg = None
     if foreground_weight > 0:
         sub = clips.frames[torch.randperm(len(clips), generator=gen)[:256], 0]
-        bg = sub.float().div(127.5).sub(1.0).median(0).values.permute(2, 0, 1)[:, None]
+        bg = u8_to_unit_torch(sub).median(0).values.permute(2, 0, 1)[:, None]
     losses = []
     t0 = time.time()
     for step in range(steps):
@@ -294,8 +294,6 @@ def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: tor
 def vae_quality(model: ActionWanModel, clips: ClipSet, max_clips: int = 64,
                 batch_size: int = 16) -> dict[str, float]:
     """PSNR / SSIM of VAE reconstructions (uint8-rounded, as the env sees them)."""
-    from wmrl.envs.wan_env import unit_to_u8_torch
-
     n = min(len(clips), max_clips)
     ps, ss = [], []
     for i in range(0, n, batch_size):
@@ -312,8 +310,6 @@ def _predict_chunk(model: ActionWanModel, cond: torch.Tensor, actions: torch.Ten
                    noise: torch.Tensor, num_inference_steps: int) -> torch.Tensor:
     """The new frames generated from condition latents and a clip's actions, in [0, 1]
     after the env's uint8 rounding: [B, T_new, H, W, 3]."""
-    from wmrl.envs.wan_env import unit_to_u8_torch
-
     new = model.generate(cond, actions, noise, num_inference_steps)
     video = model.decode(torch.cat([cond, new], 2))[:, :, CONDITION_FRAMES:]
     return u8_video_to_unit(unit_to_u8_torch(video).permute(0, 2, 3, 4, 1))
@@ -353,8 +349,6 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
 
 def episode_initial_states(episodes: Sequence):
     """``InitialStates`` from the first frame and task of each episode (state i = episode i)."""
-    from wmrl.envs.initial_states import InitialStates
-
     tasks = [ep.task for ep in episodes]
     uniq = list(dict.fromkeys(tasks))
     return InitialStates(torch.from_numpy(np.stack([ep.frames[0] for ep in episodes])), tasks,
@@ -445,9 +439,6 @@ def write_sim_initial_states(out_dir: str | Path, tasks: Sequence[str], num_stat
                              eval_seed: int = 0, image_size: int | Sequence[int] = 64) -> Path:
     """The simulator's fixed evaluation scenes (states 0..n-1 of each task at ``eval_seed``)
     as world-model initial states: RL in the world model starts where evaluation starts."""
-    from wmrl.envs.initial_states import write_initial_states
-    from wmrl.sim.tabletop import initial_frames
-
     size = tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size)
     frames, texts = [], []
     for task in tasks:

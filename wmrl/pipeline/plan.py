@@ -81,8 +81,14 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from wmrl.config import to_container
+from wmrl.policies.openvla_oft import build_policy_meta
+from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier, frames_to_input
+from wmrl.world_model.action_wan import ActionConditioner, ActionWanModel, as_dtype
+
 GB = 1e9
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "conf")
 
 # What `python scripts/plan.py` plans with no arguments: the real-size configs, the ResNet-18
 # reward at the frame size, FSDP over 8 devices, and the WoVR recipe's 64 envs spread over
@@ -125,7 +131,6 @@ def compose(overrides: list[str] | tuple[str, ...] = ()):
 @dataclass
 class PlanOptions:
     """``+plan.<name>=...`` on the command line."""
-
     prompt_tokens: int = 64
     headroom: float = 0.9
     device_sizes_gb: tuple[int, ...] = (40, 80, 141)
@@ -144,7 +149,6 @@ def _cached(kind: str, cfg: Any, build):
 
 
 def build_policy(policy_cfg: dict) -> tuple[nn.Module, str]:
-    from wmrl.policies.openvla_oft import build_policy_meta
 
     if policy_cfg.get("_target_") != "wmrl.policies.openvla_oft.build_policy":
         raise ValueError(f"plan: policy._target_ {policy_cfg.get('_target_')!r} is not the "
@@ -173,8 +177,6 @@ def _keep_fp32(model: nn.Module, names: list[str] | None) -> None:
 def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
     from diffusers.utils import logging as dlog
-
-    from wmrl.world_model.action_wan import ActionConditioner, ActionWanModel, as_dtype
 
     dt = as_dtype(wm_cfg.get("dtype", "float32"))
     vdt = as_dtype(wm_cfg.get("vae_dtype", "float32"))
@@ -222,8 +224,6 @@ def build_reward(reward_cfg: dict | None) -> tuple[nn.Module | None, Any, str]:
     if not reward_cfg:
         return None, None, "no reward model"
     from hydra.utils import instantiate
-
-    from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier
 
     reward = instantiate(reward_cfg, _convert_="all")  # cheap: the model is built lazily
     if not isinstance(reward, ResNetSuccessReward):
@@ -313,8 +313,6 @@ def trace_world_model(model: nn.Module, batch: int, height: int, width: int,
 def trace_reward(model: nn.Module, frames: int, height: int, width: int,
                  image_size=None) -> int:
     """Peak bytes of scoring ``frames`` uint8 frames (input conversion + forward)."""
-    from wmrl.rewards.resnet import frames_to_input
-
     with LiveBytes() as live:
         u8 = torch.zeros(frames, height, width, 3, dtype=torch.uint8, device="meta")
         x = frames_to_input(u8, image_size)
@@ -398,7 +396,6 @@ def rollout_activation_bytes(d: dict, batch: int) -> int:
 @dataclass
 class Role:
     """One role's memory on its device: resident items and working-set items (bytes)."""
-
     name: str
     resident: dict[str, int] = field(default_factory=dict)
     working: dict[str, int] = field(default_factory=dict)
@@ -460,8 +457,6 @@ def _fsdp_units(policy: nn.Module) -> tuple[int, int]:
 
 def make_plan(cfg, options: PlanOptions | None = None) -> Plan:
     """Build the three models on meta and work out every figure (see the module docstring)."""
-    from wmrl.config import to_container
-
     opt = options or PlanOptions()
     policy_cfg = to_container(cfg.policy)
     wm_env = to_container(cfg.world_model)
@@ -614,7 +609,7 @@ def _gb(n: int | float) -> str:
 def format_table(plan: Plan) -> str:
     h, pr, ro = plan.header, plan.params, plan.roles
     out = [
-        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan.py): "
+        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/pipeline/plan.py): "
         f"trainer.devices={h['devices']}, FSDP shard group {h['shard_group']}, micro_batch "
         f"{h['micro_batch']}, {h['envs_per_actor']} envs per env actor, {h['frames']} frames at "
         f"{h['height']}x{h['width']}",
@@ -690,7 +685,5 @@ def json_lines(plan: Plan) -> list[str]:
 
 def options_from(cfg) -> PlanOptions:
     """``PlanOptions`` from the optional ``plan`` key (``+plan.prompt_tokens=128``)."""
-    from wmrl.config import to_container
-
     extra = to_container(cfg.get("plan") or {})
     return PlanOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()})

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from wmrl.sim.expert import ScriptedExpert
+
 GRIPPER_DIM = 6
 
 
@@ -84,8 +86,6 @@ def actions_to_bins(env_actions: np.ndarray, stats: dict, n_bins: int = 256) -> 
 
 def expert_labels(episode, expert=None) -> np.ndarray:
     """The scripted expert's clean action at each of the episode's states -> float32 [T, 7]."""
-    from wmrl.sim.expert import ScriptedExpert
-
     if episode.states is None:
         raise ValueError("relabel_with_expert needs episodes with privileged states "
                          "(collect them with scripts/collect.py)")
