@@ -19,6 +19,8 @@ import time
 import pytest
 import torch
 
+from wmrl.interfaces import TrajectoryBatch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
@@ -73,7 +75,7 @@ class _RankBatch(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         dist = torch.distributed
-        yield self.batches[dist.get_rank() if dist.is_initialized() else 0]
+        yield TrajectoryBatch(**self.batches[dist.get_rank() if dist.is_initialized() else 0])
 
 
 def run_update(batches: list[dict], aggregation: str, strategy, grad_clip: float):
