@@ -41,10 +41,10 @@ def load_full_checkpoint(
 
     ``include``: for a DCP folder, read only these top-level entries (``"state_dict"``,
     ``"optimizer_0"``, ...) and skip ``meta.pt``; a single file is always read whole. Loads
-    pickled objects (``weights_only=False``): only read checkpoints you trust."""
+    pickled objects (``weights_only=True``): only read checkpoints you trust."""
     path = Path(path)
     if path.is_file():
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     if not (path / ".metadata").is_file():
         raise FileNotFoundError(f"{path} is neither a checkpoint file nor a DCP folder (.metadata).")
     wanted = None if include is None else set(include)
@@ -81,7 +81,7 @@ def load_full_checkpoint(
     if optimizers:
         out["optimizer_states"] = [out.pop(k) for k in optimizers]
     if wanted is None and (path / _METADATA_FILENAME).is_file():
-        out.update(torch.load(path / _METADATA_FILENAME, map_location="cpu", weights_only=False))
+        out.update(torch.load(path / _METADATA_FILENAME, map_location="cpu", weights_only=True))
     return out
 
 
@@ -94,7 +94,7 @@ class _FlatLoadPlanner(dcp.DefaultLoadPlanner):
         self.objects: dict[str, Any] = {}
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-        self.objects[read_item.dest_index.fqn] = torch.load(value, weights_only=False)
+        self.objects[read_item.dest_index.fqn] = torch.load(value, weights_only=True)
 
 
 def _set(root: dict, key_path: tuple, value: Any) -> None:

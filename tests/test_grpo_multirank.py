@@ -153,7 +153,7 @@ def test_two_ranks_update_exactly_as_one_rank_on_the_union(tmp_path):
         for scenario, aggregation, clip in cases()}
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-4000:]
-    results = torch.load(tmp_path / "two_rank.pt")
+    results = torch.load(tmp_path / "two_rank.pt", weights_only=True)
     errors, metric_errors = {}, []
     for (name, scenario, aggregation, clip), (delta, metrics) in results.items():
         ref_delta, ref_metrics = refs[scenario, aggregation, clip]
