@@ -57,12 +57,9 @@ WMRL_DEFAULTS = dict(
 )
 
 
-def tiny_config(image_size: int = 32, vocab_base: int = 512) -> dict:
-    """A tiny fused DINOv2+SigLIP / Llama config with real structure (CPU tests, benches)."""
-    dino = ViTConfig(img_size=image_size, patch_size=8, embed_dim=32, depth=2, num_heads=2,
-                     init_values=1e-5, reg_tokens=4, no_embed_class=True)
-    siglip = ViTConfig(img_size=image_size, patch_size=8, embed_dim=48, depth=2, num_heads=2,
-                       mlp_ratio=3.7362, class_token=False, global_pool="map")
+def _prismatic_config(image_size: int, vocab_base: int, **llama) -> dict:
+    """The fields of an OpenVLA ``config.json`` that set shapes: fused DINOv2 + SigLIP at
+    ``image_size``, Llama with the vocabulary padded by 64 above ``vocab_base``."""
     return dict(
         model_type="openvla",
         vision_backbone_id="dinosiglip-vit-so-224px",
@@ -74,46 +71,40 @@ def tiny_config(image_size: int = 32, vocab_base: int = 512) -> dict:
         pad_token_id=vocab_base,
         pad_to_multiple_of=64,
         n_action_bins=256,
-        text_config=dict(
-            model_type="llama", vocab_size=vocab_base + 64, hidden_size=64,
-            intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=4, max_position_embeddings=512, rms_norm_eps=1e-6,
-            pad_token_id=vocab_base,
-        ),
-        norm_stats={"libero_spatial_no_noops": {"action": {
-            "q01": [-0.75, -0.75, -0.9, -0.1, -0.15, -0.2, 0.0],
-            "q99": [0.9, 0.85, 0.95, 0.15, 0.2, 0.3, 1.0],
-            "mask": [True] * 6 + [False],
-        }}},
-        wmrl=dict(WMRL_DEFAULTS, empty_token_id=3,
-                  vision_configs=[dino.to_dict(), siglip.to_dict()]),
+        text_config=dict(model_type="llama", vocab_size=vocab_base + 64, rms_norm_eps=1e-6,
+                         pad_token_id=vocab_base, **llama),
+        norm_stats={},
     )
+
+
+def tiny_config(image_size: int = 32, vocab_base: int = 512) -> dict:
+    """A tiny fused DINOv2+SigLIP / Llama config with real structure (CPU tests, benches)."""
+    dino = ViTConfig(img_size=image_size, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                     init_values=1e-5, reg_tokens=4, no_embed_class=True)
+    siglip = ViTConfig(img_size=image_size, patch_size=8, embed_dim=48, depth=2, num_heads=2,
+                       mlp_ratio=3.7362, class_token=False, global_pool="map")
+    cfg = _prismatic_config(image_size, vocab_base, hidden_size=64, intermediate_size=128,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                            max_position_embeddings=512)
+    cfg["norm_stats"] = {"libero_spatial_no_noops": {"action": {
+        "q01": [-0.75, -0.75, -0.9, -0.1, -0.15, -0.2, 0.0],
+        "q99": [0.9, 0.85, 0.95, 0.15, 0.2, 0.3, 1.0],
+        "mask": [True] * 6 + [False],
+    }}}
+    cfg["wmrl"] = dict(WMRL_DEFAULTS, empty_token_id=3,
+                       vision_configs=[dino.to_dict(), siglip.to_dict()])
+    return cfg
 
 
 def openvla_7b_config() -> dict:
-    """The architecture of the published OpenVLA-7B / OpenVLA-OFT checkpoints: the fields of their
-    ``config.json`` that set shapes (fused DINOv2 ViT-L/14-reg4 + SigLIP so400m/14 at 224 px,
-    fused-GELU MLP projector, Llama-2-7B with the vocabulary padded from 32000 to 32064). No
-    ``norm_stats``: it describes shapes only (``build_policy_meta`` builds it on the meta device
-    when no checkpoint directory is at hand, e.g. ``scripts/plan.py``)."""
-    return dict(
-        model_type="openvla",
-        vision_backbone_id="dinosiglip-vit-so-224px",
-        llm_backbone_id="llama2-7b-pure",
-        use_fused_vision_backbone=True,
-        timm_model_ids=["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
-        image_sizes=[224, 224],
-        image_resize_strategy="resize-naive",
-        pad_token_id=32000,
-        pad_to_multiple_of=64,
-        n_action_bins=256,
-        text_config=dict(
-            model_type="llama", vocab_size=32064, hidden_size=4096, intermediate_size=11008,
-            num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-            max_position_embeddings=2048, rms_norm_eps=1e-6, pad_token_id=32000,
-        ),
-        norm_stats={},
-    )
+    """The architecture of the published OpenVLA-7B / OpenVLA-OFT checkpoints (fused DINOv2
+    ViT-L/14-reg4 + SigLIP so400m/14 at 224 px, fused-GELU MLP projector, Llama-2-7B with the
+    vocabulary padded from 32000 to 32064). No ``norm_stats``: it describes shapes only
+    (``build_policy_meta`` builds it on the meta device when no checkpoint directory is at
+    hand, e.g. ``scripts/plan.py``)."""
+    return _prismatic_config(224, 32000, hidden_size=4096, intermediate_size=11008,
+                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                             max_position_embeddings=2048)
 
 
 # openvla-oft saves its continuous heads beside the backbone as "<module>--<step>_checkpoint.pt"
