@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from strategies.offload import MoveStats, offload, onload
+from wmrl.interfaces import RolloutSource
 
 _ONLOAD_HOOKS = ("on_train_batch_start", "on_rollout_end")
 _OFFLOAD_HOOKS = ("on_train_start", "on_train_batch_end")
@@ -58,7 +59,8 @@ class PhaseOffloadCallback(Callback):
         self.offloaded = False
 
     def active(self, trainer: pl.Trainer) -> bool:
-        placement = getattr(trainer.datamodule, "placement", None)
+        dm = trainer.datamodule
+        placement = dm.placement if isinstance(dm, RolloutSource) else None
         return self.placements is None or placement in self.placements
 
     def _optimizers(self, trainer: pl.Trainer) -> list[Any]:

@@ -13,6 +13,7 @@ import lightning as L
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
+from wmrl.interfaces import PolicyTrainer
 from wmrl.pipeline.evaluate import evaluate_policy, save_gif, save_success_plot
 from wmrl.sim.tabletop import TASK_NAMES
 
@@ -20,8 +21,8 @@ from wmrl.sim.tabletop import TASK_NAMES
 def world_model_success(pl_module: L.LightningModule, last_steps: int) -> float | None:
     """Mean ``rollout/success`` (the world model + reward's verdict on the policy's rollouts)
     over the module's last ``last_steps`` training steps; None without such history."""
-    hist = [m["rollout/success"] for m in getattr(pl_module, "history", [])
-            if "rollout/success" in m]
+    history = pl_module.history if isinstance(pl_module, PolicyTrainer) else []
+    hist = [m["rollout/success"] for m in history if "rollout/success" in m]
     if last_steps <= 0 or not hist:
         return None
     return float(np.mean(hist[-last_steps:]))

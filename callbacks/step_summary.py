@@ -7,6 +7,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
+from wmrl.interfaces import PolicyTrainer
+
 FIELDS = (  # (metric key, label, format)
     ("rollout/return", "return", "{:.3f}"),
     ("rollout/success", "success", "{:.2f}"),
@@ -32,7 +34,7 @@ class StepSummaryCallback(L.Callback):
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
-        metrics = getattr(pl_module, "last_metrics", None)
+        metrics = pl_module.last_metrics if isinstance(pl_module, PolicyTrainer) else None
         if not metrics:
             return
         line = format_summary(pl_module.policy_version, metrics)

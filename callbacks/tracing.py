@@ -8,12 +8,13 @@ from typing import Any
 
 import lightning as L
 
+from wmrl.interfaces import RolloutSource
 from wmrl.tracing import Tracer
 
 
 class TracingCallback(L.Callback):
     """Trainer spans (``Tracer.flush()`` here) and the rollout actors' spans (returned with
-    each batch, ``datamodule.trace_events``) are appended to ``<dir>/trace-steps.jsonl``
+    each batch, ``datamodule.pop_trace_events()``) are appended to ``<dir>/trace-steps.jsonl``
     after every step; at the end they are merged into ``<dir>/trace.json`` (open it in
     https://ui.perfetto.dev or chrome://tracing)."""
 
@@ -28,9 +29,8 @@ class TracingCallback(L.Callback):
     def _flush(self, trainer: L.Trainer) -> None:
         events = Tracer.flush()
         dm = trainer.datamodule
-        events += getattr(dm, "trace_events", [])
-        if dm is not None and hasattr(dm, "trace_events"):
-            dm.trace_events = []
+        if isinstance(dm, RolloutSource):
+            events += dm.pop_trace_events()
         if events:
             os.makedirs(self.dir, exist_ok=True)
             with open(os.path.join(self.dir, f"trace-rank{trainer.global_rank}.jsonl"), "a") as f:

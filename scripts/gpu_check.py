@@ -60,7 +60,7 @@ def mid_policy_config() -> dict:
 
 
 def compose_fit(overrides: list[str], run_dir: str, cpu: bool):
-    base = [f"run_dir={run_dir}", "policy=openvla_oft_tiny", "world_model=wan_tiny",
+    base = [f"run_dir={run_dir}", "policy=openvla_oft_tiny", "env=wan_tiny",
             "reward=resnet", "logger=csv", "callbacks.sim_eval=null", "trainer.max_steps=3",
             "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=1000",
             "rollout.num_envs=16", "rollout.group_size=4", "rollout.max_episode_steps=16",
@@ -126,9 +126,9 @@ def fit_placement(name: str, overrides: list[str], cpu: bool) -> list[dict]:
 
 def world_model_fps(cpu: bool, size: int = 256, num_envs: int = 8, chunks: int = 4) -> dict:
     with initialize_config_dir(os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("fit", overrides=["run_dir=/tmp/gpu-check", "world_model=wan_tiny",
+        cfg = compose("fit", overrides=["run_dir=/tmp/gpu-check", "env=wan_tiny",
                                         "reward=resnet"])
-    env = dict(to_container(cfg.world_model), reward=dict(to_container(cfg.reward)))
+    env = dict(to_container(cfg.env), reward=dict(to_container(cfg.reward)))
     device = "cpu" if cpu else "cuda"
     env["world_model"].update(height=size, width=size)
     env.update(num_envs=num_envs, group_size=num_envs, max_episode_steps=8 * (chunks + 1),

@@ -3,11 +3,11 @@
     python scripts/plan.py                                   # 7.5B policy + Wan2.2-5B, 8 devices
     python scripts/plan.py trainer.devices=4 algorithm.micro_batch=16
     python scripts/plan.py policy.gradient_checkpointing=false rollout.num_envs=64
-    python scripts/plan.py world_model.world_model.vae_dtype=float32 +plan.prompt_tokens=128
+    python scripts/plan.py env.world_model.vae_dtype=float32 +plan.prompt_tokens=128
 
 Composes ``conf/fit.yaml`` (any override that ``scripts/fit.py`` takes works) on top of the
 real-size defaults ``wmrl.pipeline.plan.REAL_SIZE_DEFAULTS``: ``policy=openvla_oft_7b
-world_model=wan22_ti2v_5b_libero reward=resnet`` (ResNet-18 widths, frames at their own size)
+env=wan22_ti2v_5b_libero reward=resnet`` (ResNet-18 widths, frames at their own size)
 ``strategy=hybrid_shard trainer.devices=8 rollout.num_envs=8`` (the WoVR recipe's 64 envs over
 8 ranks); an override of a key replaces its default. Builds the models on the meta device
 (absent checkpoints: their architecture configs), prints a table per role and per placement

@@ -9,6 +9,9 @@ CONF_DIR = os.path.join(ROOT, "conf")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 REAL_DEVICES = os.environ.get("WMRL_REAL_DEVICES") == "1"
+# tests live in folders that mirror the package; the shared helpers (toys.py) stay here
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,7 +34,11 @@ def ray_local():
     ``WMRL_REAL_DEVICES=1`` (``make gpu-check``): Ray counts the machine's real cards."""
     import ray
 
-    paths = [TESTS_DIR, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    # workers import the test modules that define actor classes (tests/<package>/test_*.py)
+    folders = sorted(e.path for e in os.scandir(TESTS_DIR)
+                     if e.is_dir() and not e.name.startswith((".", "_")))
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    paths = [TESTS_DIR, ROOT, *folders] + inherited
     os.environ["PYTHONPATH"] = ":".join(paths)
     if TESTS_DIR not in sys.path:
         sys.path.insert(0, TESTS_DIR)

@@ -22,9 +22,9 @@ def test_default_config_composes_and_validates():
     cfg = fit_cfg()
     validate(cfg)
     assert cfg.policy._target_ == "wmrl.policies.openvla_oft.build_policy"
-    assert cfg.world_model._target_ == "wmrl.envs.wan_env.WanWorldModelEnv"
+    assert cfg.env._target_ == "wmrl.envs.wan_env.WanWorldModelEnv"
     # the env scores frames with the selected reward group
-    assert OmegaConf.to_container(cfg.world_model, resolve=True)["reward"]["_target_"] == \
+    assert OmegaConf.to_container(cfg.env, resolve=True)["reward"]["_target_"] == \
         cfg.reward._target_
     assert cfg.rollout.num_envs % cfg.rollout.group_size == 0
     # the default run uses the shipped assets and evaluates in the simulator
@@ -37,12 +37,37 @@ def test_sim_eval_task_is_the_shipped_world_models_task():
     """The simulator evaluates the task whose scenes the world model starts from (the
     instruction of every shipped initial state), on as many scenes as it holds."""
     cfg = fit_cfg()
-    states = json.loads((Path(cfg.world_model.initial_states) / "tasks.json").read_text())
+    states = json.loads((Path(cfg.env.initial_states) / "tasks.json").read_text())
     instructions = {task_by_name(t).instruction for t in cfg.callbacks.sim_eval.tasks}
     assert set(states["tasks"]) == instructions
     assert len(states["tasks"]) == cfg.callbacks.sim_eval.episodes_per_task == 256
-    oracle = fit_cfg("experiment=sim_oracle").world_model
+    oracle = fit_cfg("experiment=sim_oracle").env
     assert [oracle.task] == list(cfg.callbacks.sim_eval.tasks)
+
+
+def test_task_settings_have_one_source():
+    """conf/task is read by the env, the rollout, the sim eval and the asset pipeline: one
+    override moves them all."""
+    over = ["task.name=red_left", "task.max_episode_steps=80", "task.num_states=32",
+            "task.eval_seed=3"]
+    fit = fit_cfg(*over)
+    assert fit.rollout.max_episode_steps == 80 and list(fit.callbacks.sim_eval.tasks) == ["red_left"]
+    assert fit.callbacks.sim_eval.episodes_per_task == 32
+    assert fit.callbacks.sim_eval.env.eval_seed == 3 and fit.callbacks.sim_eval.env.max_episode_steps == 80
+    oracle = fit_cfg("experiment=sim_oracle", *over).env
+    assert (oracle.task, oracle.num_states, oracle.eval_seed) == ("red_left", 32, 3)
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        ev = compose("eval", overrides=over)
+        wm = compose("train_world_model", overrides=["train_dirs=[]", "out_dir=x", *over])
+    assert list(ev.tasks) == ["red_left"] and ev.episodes_per_task == 32
+    assert (ev.env.max_episode_steps, ev.env.eval_seed) == (80, 3)
+    assert list(wm.tasks) == ["red_left"] and wm.initial_states.num_states == 32
+    assert wm.initial_states.eval_seed == 3 and wm.eval.max_episode_steps == 80
+    # the defaults: the shipped assets' task and the world model's frame size
+    default = fit_cfg()
+    assert list(default.callbacks.sim_eval.tasks) == ["red_of_two"]
+    assert [default.env.world_model.height, default.env.world_model.width] == \
+        list(default.task.image_size) == list(default.callbacks.sim_eval.env.image_size)
 
 
 def test_smoke_experiment_composes():
@@ -54,11 +79,11 @@ def test_smoke_experiment_composes():
 def test_sim_oracle_swaps_the_world_model_for_the_simulator():
     cfg = fit_cfg("experiment=sim_oracle")
     validate(cfg)
-    assert cfg.world_model._target_ == "wmrl.envs.sim_env.TabletopSimEnv"
-    assert cfg.reward is None and cfg.world_model.reward is None
+    assert cfg.env._target_ == "wmrl.envs.sim_env.TabletopSimEnv"
+    assert cfg.reward is None and cfg.env.reward is None
     # the same policy, scenes and evaluation as the default run
     assert cfg.policy.pretrained_path.endswith("assets/policy")
-    assert cfg.world_model.num_states == cfg.callbacks.sim_eval.episodes_per_task == 256
+    assert cfg.env.num_states == cfg.callbacks.sim_eval.episodes_per_task == 256
 
 
 def test_unknown_key_is_named():

@@ -20,7 +20,7 @@ def toy_cfg(tmp_path, **over):
         "run_dir": str(tmp_path),
         "checkpoint": {"every_n_steps": 1, "save_top_k": 0},
         "policy": {"_target_": "toys.LinearBinPolicy"},
-        "world_model": {"_target_": "toys.ReachEnv"},
+        "env": {"_target_": "toys.ReachEnv"},
         "reward": None,
         "rollout": {"num_envs": 16, "group_size": 4, "rollout_epochs": 1,
                     "max_episode_steps": 16, "chunk": 8, "temperature": 1.0,
@@ -42,7 +42,7 @@ def toy_cfg(tmp_path, **over):
         "logger": {"_target_": "lightning.pytorch.loggers.CSVLogger",
                    "save_dir": str(tmp_path), "name": "csv"},
     })
-    cfg.world_model = {"_target_": "toys.ReachEnv", "tolerance": 0.5}
+    cfg.env = {"_target_": "toys.ReachEnv", "tolerance": 0.5}
     for k, v in over.items():
         OmegaConf.update(cfg, k, v)
     return cfg
@@ -112,7 +112,7 @@ def test_grpo_raises_success_on_reach(tmp_path, ray_local):
 
 def test_batch_without_informative_group_counts_a_step_but_keeps_weights(tmp_path, ray_local):
     """tolerance 10: every episode succeeds, every group has zero variance."""
-    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "world_model.tolerance": 10.0})
+    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "env.tolerance": 10.0})
     trainer, module = fit(cfg)
     assert trainer.global_step == 2 and module.success_history == [1.0, 1.0]
     assert module.policy.bias.abs().sum() == 0 and module.policy.proj.weight.abs().sum() == 0

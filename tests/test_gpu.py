@@ -19,8 +19,8 @@ CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 def tiny_parts():
     with initialize_config_dir(CONF, version_base="1.3"):
         cfg = compose("fit", overrides=["run_dir=/tmp/wmrl-gpu", "policy=openvla_oft_tiny",
-                                        "world_model=wan_tiny", "reward=resnet"])
-    env = dict(to_container(cfg.world_model), reward=to_container(cfg.reward))
+                                        "env=wan_tiny", "reward=resnet"])
+    env = dict(to_container(cfg.env), reward=to_container(cfg.reward))
     return to_container(cfg.policy), env
 
 

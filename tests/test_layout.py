@@ -47,3 +47,10 @@ def test_no_project_import_inside_a_function():
            for pkg in ("wmrl", "callbacks", "strategies") for p in files(pkg, skip=("bench",))
            for m, top in imports(p) if not top and m.split(".")[0] in ("wmrl", "callbacks")]
     assert bad == []
+
+
+def test_tests_mirror_the_package():
+    """Every test folder is named after the package folder it tests."""
+    folders = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    packages = {p.name for p in (ROOT / "wmrl").iterdir() if (p / "__init__.py").exists()}
+    assert folders and folders <= packages | {"strategies", "callbacks"}, folders - packages

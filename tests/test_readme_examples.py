@@ -72,11 +72,11 @@ def _classes(ext):
     found = {}
     for args in _fit_commands():
         for a in args:
-            m = re.match(r"\+(reward|world_model|policy)=\{_target_: *" + MODULE + r"\.(\w+)", a)
+            m = re.match(r"\+(reward|env|policy)=\{_target_: *" + MODULE + r"\.(\w+)", a)
             if m:
                 found[m.group(1)] = getattr(ext, m.group(2))
-    assert set(found) == {"reward", "world_model", "policy"}, found
-    return found["reward"], found["world_model"], found["policy"]
+    assert set(found) == {"reward", "env", "policy"}, found
+    return found["reward"], found["env"], found["policy"]
 
 
 def _frames(b, c, h, w, seed=0):
@@ -214,17 +214,17 @@ def test_readme_overrides_select_the_examples(ext):
             policy = instantiate(OmegaConf.to_container(cfg.policy, resolve=True),
                                  _convert_="all")
             reward_spec = OmegaConf.to_container(cfg.reward, resolve=True)
-            targets = {cfg.policy._target_, cfg.reward._target_, cfg.world_model._target_}
+            targets = {cfg.policy._target_, cfg.reward._target_, cfg.env._target_}
             assert any(t.startswith(MODULE + ".") for t in targets), args
             if cfg.reward._target_.startswith(MODULE + "."):
                 assert isinstance(instantiate(reward_spec, _convert_="all"), reward_cls)
                 # the default world model hands its frames to this reward too
-                assert cfg.world_model.reward._target_ == cfg.reward._target_
+                assert cfg.env.reward._target_ == cfg.reward._target_
             if cfg.policy._target_.startswith(MODULE + "."):
                 assert isinstance(policy, policy_cls)
                 assert (policy.chunk, policy.action_dim) == (r.chunk, 7)
-            if cfg.world_model._target_.startswith(MODULE + "."):
-                env_spec = OmegaConf.to_container(cfg.world_model, resolve=True)
+            if cfg.env._target_.startswith(MODULE + "."):
+                env_spec = OmegaConf.to_container(cfg.env, resolve=True)
                 env_spec["reward"] = reward_spec
                 env = instantiate(env_spec, _convert_="all",
                                   num_envs=r.num_envs // r.num_env_workers,

@@ -31,7 +31,7 @@ def build_module(cfg: DictConfig) -> GRPOModule:
 
 
 def build_datamodule(cfg: DictConfig) -> RolloutDataModule:
-    env = dict(to_container(cfg.world_model))
+    env = dict(to_container(cfg.env))
     if cfg.get("reward"):
         env["reward"] = to_container(cfg.reward)
     return RolloutDataModule(policy=to_container(cfg.policy), env=env, seed=cfg.seed,

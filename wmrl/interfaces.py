@@ -66,6 +66,48 @@ class ChunkEnv(Protocol):
         ...
 
 
+@runtime_checkable
+class RolloutSource(Protocol):
+    """What ``GRPOModule`` and the callbacks use of the DataModule (``RolloutDataModule``).
+
+    ``placement``: ``collocated`` | ``disaggregated`` | ``hybrid`` (``PhaseOffloadCallback``
+    acts only where rollouts share the trainer's device)."""
+
+    placement: str
+
+    def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        """Send the trainer's policy weights to every rollout actor as ``version``;
+        returns the seconds it took (``WeightSyncCallback``)."""
+        ...
+
+    def step_timing(self) -> dict[str, float]:
+        """Seconds of the last rollout by part (``rollout_s``, ``idle_s``, ...): logged by
+        ``GRPOModule`` as ``time/*``."""
+        ...
+
+    def pop_trace_events(self) -> list[dict]:
+        """The rollout actors' trace spans since the last call (``TracingCallback``)."""
+        ...
+
+
+@runtime_checkable
+class PolicyTrainer(Protocol):
+    """What the callbacks use of the LightningModule (``GRPOModule``).
+
+    ``policy``: the trained ``Policy`` module; ``policy_version``: optimizer updates applied
+    so far (= the version rollouts must carry); ``history``: one metrics dict per training
+    step of this run (``rollout/*``, ``train/*``, ``time/*``)."""
+
+    policy: Any
+    policy_version: int
+    history: list[dict[str, float]]
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The last training step's metrics (empty before the first step)."""
+        ...
+
+
 @dataclass
 class TrajectoryBatch:
     """One rollout batch, engine -> ``RolloutDataModule`` -> ``GRPOModule``.

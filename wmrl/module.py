@@ -38,7 +38,7 @@ import torch
 
 from wmrl.algorithms import grpo
 from wmrl.config import build
-from wmrl.interfaces import TrajectoryBatch
+from wmrl.interfaces import RolloutSource, TrajectoryBatch
 from wmrl.tracing import Tracer
 
 
@@ -115,8 +115,8 @@ class GRPOModule(L.LightningModule):
             metrics = self.update(batch)
         metrics["time/rollout_s"] = t_rollout
         metrics["time/train_s"] = time.perf_counter() - t0 - t_rollout
-        dm = getattr(self.trainer, "datamodule", None)
-        for k, v in (getattr(dm, "last_timing", None) or {}).items():
+        dm = self.trainer.datamodule
+        for k, v in (dm.step_timing() if isinstance(dm, RolloutSource) else {}).items():
             metrics[f"time/{k}"] = v
         step_s = metrics["time/rollout_s"] + metrics["time/train_s"]
         if "time/idle_s" in metrics and step_s > 0:
@@ -125,8 +125,11 @@ class GRPOModule(L.LightningModule):
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=1)
         self.log_dict({"reward": metrics["rollout/return"], "success": metrics["rollout/success"]},
                       on_step=True, prog_bar=True, batch_size=1)
-        self.last_metrics = metrics
         self.history.append(metrics)
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        return self.history[-1] if self.history else {}
 
     @property
     def success_history(self) -> list[float]:

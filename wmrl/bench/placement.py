@@ -28,7 +28,7 @@ def run(steps: int = 3, num_envs: int = 16) -> list[dict]:
                 "rollout.group_size=4", "rollout.max_episode_steps=32",
                 # full-length episodes and an update every step, whatever the (random) reward
                 # says: timing, not learning
-                "world_model.success_threshold=1.01", "algorithm.filter_groups=false",
+                "env.success_threshold=1.01", "algorithm.filter_groups=false",
             ])
             _, module = fit(cfg)
         hist = module.history[1:]  # step 1 builds models and warms caches

@@ -42,7 +42,7 @@ class TabletopSimEnv:
                              f"({group_size})")
         if reward is not None:
             raise ValueError("TabletopSimEnv scores episodes with the simulator's success "
-                             "predicate: set world_model.reward=null (experiment=sim_oracle "
+                             "predicate: set env.reward=null (experiment=sim_oracle "
                              "does)")
         if max_episode_steps % chunk:
             raise ValueError(f"max_episode_steps ({max_episode_steps}) must be a multiple of "

@@ -4,7 +4,7 @@ The policy, the world model (Wan DiT + VAE + action modules) and the reward mode
 ``torch.device("meta")``: every parameter has its shape and dtype, no weight is read or
 allocated. An absent checkpoint directory is no error: the architecture then comes from the
 config (``policy``: ``openvla_7b_config`` or ``policy.config``; world model: the
-``transformer`` / ``vae`` / ``action`` keys of ``world_model.world_model``). Parameter counts
+``transformer`` / ``vae`` / ``action`` keys of ``env.world_model``). Parameter counts
 are sums of ``numel`` over the built modules.
 
 Notation: P parameters, e bytes per element of the parameter dtype, N the FSDP shard group
@@ -96,7 +96,7 @@ CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 # default here.
 REAL_SIZE_DEFAULTS = (
     "policy=openvla_oft_7b",
-    "world_model=wan22_ti2v_5b_libero",
+    "env=wan22_ti2v_5b_libero",
     "reward=resnet",
     "reward.config.widths=[64,128,256,512]",
     "reward.config.image_size=null",
@@ -200,9 +200,9 @@ def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
         else:
             if "transformer" not in wm_cfg or "vae" not in wm_cfg:
                 raise ValueError(
-                    f"plan: world_model.world_model.path={wm_cfg.get('path')!r} is not an "
+                    f"plan: env.world_model.path={wm_cfg.get('path')!r} is not an "
                     "action-Wan directory and the config has no transformer/vae architecture "
-                    "to plan from (see conf/world_model/wan22_ti2v_5b_libero.yaml)")
+                    "to plan from (see conf/env/wan22_ti2v_5b_libero.yaml)")
             vae_cfg = dict(wm_cfg["vae"])
             z = int(vae_cfg.get("z_dim", 16))
             vae_cfg.setdefault("latents_mean", [0.0] * z)  # shapes only: a checkpoint's
@@ -210,7 +210,7 @@ def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
             with torch.device("meta"):
                 model = ActionWanModel.from_config({**wm_cfg, "vae": vae_cfg})
             where = f"no checkpoint at {root}" if root is not None else "no path"
-            source = f"architecture in world_model.world_model ({where})"
+            source = f"architecture in env.world_model ({where})"
     finally:
         dlog.set_verbosity(verbosity)
     if dt != torch.float32:
@@ -459,7 +459,7 @@ def make_plan(cfg, options: PlanOptions | None = None) -> Plan:
     """Build the three models on meta and work out every figure (see the module docstring)."""
     opt = options or PlanOptions()
     policy_cfg = to_container(cfg.policy)
-    wm_env = to_container(cfg.world_model)
+    wm_env = to_container(cfg.env)
     wm_cfg = dict(wm_env.get("world_model") or {})
     reward_cfg = to_container(cfg.reward) if cfg.get("reward") else None
     r = cfg.rollout

@@ -73,9 +73,9 @@ class RolloutDataModule(L.LightningDataModule):
             if key in self.env_cfg and self.env_cfg[key] != value:
                 per = " per env worker" if key == "num_envs" else ""
                 raise ConfigError(
-                    f"world_model.{key}={self.env_cfg[key]} conflicts with the rollout's "
+                    f"env.{key}={self.env_cfg[key]} conflicts with the rollout's "
                     f"{value}{per} (rollout.{key}): the rollout group sets env sizes; remove "
-                    f"world_model.{key}")
+                    f"env.{key}")
         self.num_envs = num_envs
         self.group_size = group_size
         self.rollout_epochs = rollout_epochs
@@ -107,7 +107,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.zero_copy_weights = bool(sync.pop("zero_copy", False))
         self.sender = WeightSender(**sync)
         self.tracing = tracing
-        self.trace_events: list[dict] = []  # actors' events of the last step(s)
+        self._trace_events: list[dict] = []  # actors' events since pop_trace_events
         self._started_ray = False
         self.last_timing: dict[str, float] = {}
         self.sync_group: SyncGroup | None = None
@@ -250,10 +250,19 @@ class RolloutDataModule(L.LightningDataModule):
         self.rollout_step += 1
         records = ray.get([a.pop_step_record.remote() for a in self.plan.actors])
         busy = [iv for intervals, _, _ in records for iv in intervals]
-        self.trace_events += [ev for _, events, _ in records for ev in events]
+        self._trace_events += [ev for _, events, _ in records for ev in events]
         self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end),
                             "reward_s": sum(r for _, _, r in records)}
         return batch.to_torch()
+
+    def step_timing(self) -> dict[str, float]:
+        """Seconds of the last rollout by part (``wmrl.interfaces.RolloutSource``)."""
+        return dict(self.last_timing)
+
+    def pop_trace_events(self) -> list[dict]:
+        """The actors' trace spans since the last call."""
+        events, self._trace_events = self._trace_events, []
+        return events
 
     # ---- weight sync -----------------------------------------------------------------
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:

@@ -33,7 +33,7 @@ def test_placements_give_identical_trajectories(ray_local):
         try:
             dm.sync_weights(weights, version=7)
             batches[placement, stages] = dm.next_batch()
-            timing = dm.last_timing
+            timing = dm.step_timing()
         finally:
             dm.teardown()
         assert timing["rollout_s"] > 0 and timing["env_s"] > 0 and timing["policy_s"] > 0

@@ -14,7 +14,7 @@ from wmrl.config import to_container
 from wmrl.pipeline import plan as P
 
 GB = 1e9
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAST = P.PlanOptions(sweep_envs=())
 # Reference facts handed down with issue 17 (not in REFERENCE.md): the WoVR world model's
 # resident memory ~24.9 GB; with every role resident (no offload) the real sizes exceed 80 GB.
@@ -41,8 +41,8 @@ def test_real_size_defaults_yield_to_user_overrides():
 def test_param_counts_come_from_the_meta_modules(default_plan):
     cfg = P.compose([])
     policy, src = P.build_policy(to_container(cfg.policy))
-    wm, wm_src = P.build_world_model(to_container(cfg.world_model)["world_model"])
-    assert "published 7B" in src and "architecture in world_model" in wm_src
+    wm, wm_src = P.build_world_model(to_container(cfg.env)["world_model"])
+    assert "published 7B" in src and "architecture in env.world_model" in wm_src
     for m in (policy, wm):  # nothing allocated: every parameter and buffer is on meta
         assert {t.device.type for t in [*m.parameters(), *m.buffers()]} == {"meta"}
     p = default_plan.params
@@ -59,7 +59,7 @@ def test_param_counts_come_from_the_meta_modules(default_plan):
 
 def test_present_checkpoints_are_planned_from_their_own_configs():
     """The shipped tabletop checkpoints: configs read from their directories, still on meta."""
-    plan = plan_for("policy=openvla_oft_tabletop", "world_model=wan_tabletop",
+    plan = plan_for("policy=openvla_oft_tabletop", "env=wan_tabletop",
                     "reward=resnet_tabletop", "trainer.devices=1")
     h = plan.header
     assert h["policy_source"].startswith("config.json of")
@@ -164,7 +164,7 @@ def test_reference_world_model_resident(default_plan):
     assert 11.3 * GB < weights < 11.7 * GB
     assert weights < wm.peak < REF_WORLD_MODEL_GB * GB
     assert 16.5 * GB < wm.peak < 18.5 * GB
-    fp32 = plan_for("world_model.world_model.vae_dtype=float32").roles["world_model"]
+    fp32 = plan_for("env.world_model.vae_dtype=float32").roles["world_model"]
     assert abs(fp32.peak / GB - REF_WORLD_MODEL_GB) < 0.05 * REF_WORLD_MODEL_GB
     assert default_plan.env_sweep[64] > 55 * GB
 

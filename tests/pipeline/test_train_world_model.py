@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from wmrl.pipeline import world_model_training as T
@@ -16,7 +17,7 @@ from wmrl.pipeline.dataset import Episode, TrajectoryWriter
 from wmrl.pipeline.image_metrics import psnr, ssim
 from wmrl.pipeline.reward_data import reward_frames_from_trajectories
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_psnr_ssim_hand_checked():
@@ -111,7 +112,9 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     rcfg = {"widths": [4, 4, 4, 4], "blocks_per_stage": 1, "image_size": [32, 32]}
     save_checkpoint(build_classifier("resnet", rcfg), {"arch": "resnet", **rcfg}, reward_dir)
 
-    cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/train_world_model.yaml"))
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train_world_model", overrides=["train_dirs=[]", "out_dir=none"])
+    cfg = OmegaConf.to_container(cfg, resolve=True)
     data = str(tiny_data / "data")
     cfg.update(train_dirs=[data], val_dirs=[data], out_dir=str(tmp_path / "wm"), threads=1,
                tasks=["red_on_plate"])

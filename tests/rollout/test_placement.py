@@ -197,7 +197,7 @@ def test_resource_overrides_compose_from_the_command_line():
 
     from hydra import compose, initialize_config_dir
 
-    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
     with initialize_config_dir(conf, version_base="1.3"):
         cfg = compose("fit", overrides=["run_dir=/tmp/x", "rollout.policy_resources={GPU: 0.5}",
                                         "rollout.env_resources={render: 1}", "rollout.device=cuda"])
@@ -209,10 +209,10 @@ def test_resource_overrides_compose_from_the_command_line():
 
 
 def test_env_config_cannot_contradict_the_rollout_sizes():
-    with pytest.raises(ConfigError, match="world_model.max_episode_steps=256 conflicts with the "
+    with pytest.raises(ConfigError, match="env.max_episode_steps=256 conflicts with the "
                                           "rollout's 16 \\(rollout.max_episode_steps\\)"):
         _dm("disaggregated", env={"_target_": "toys.ReachEnv", "max_episode_steps": 256})
-    with pytest.raises(ConfigError, match="world_model.num_envs=8 conflicts with the rollout's "
+    with pytest.raises(ConfigError, match="env.num_envs=8 conflicts with the rollout's "
                                           "4 per env worker"):
         _dm("disaggregated", env={"_target_": "toys.ReachEnv", "num_envs": 8},
             num_env_workers=2)

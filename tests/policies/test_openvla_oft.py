@@ -281,7 +281,7 @@ def test_hydra_configs_build():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    root = os.path.join(os.path.dirname(__file__), "..", "conf", "policy")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "conf", "policy")
     tiny = OmegaConf.load(os.path.join(root, "openvla_oft_tiny.yaml"))
     pickle.dumps(OmegaConf.to_container(tiny))
     p = instantiate(tiny)
@@ -353,7 +353,7 @@ def test_policy_pixels_are_resized_uint8_values(policy):
 def test_7b_config_matches_rlinf_libero_rollout():
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "conf", "policy",
+    cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "policy",
                                       "openvla_oft_7b.yaml"))
     assert cfg.overrides.center_crop is False  # RLinf reads center_crop only for RoboTwin
 

@@ -26,7 +26,7 @@ from wmrl.sim.tabletop import (
     success_from_state,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

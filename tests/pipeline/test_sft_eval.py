@@ -18,7 +18,7 @@ from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],
                     "mask": [True] * 6 + [False]}}
 ENV = {"image_size": [32, 32], "max_episode_steps": 8}
@@ -120,6 +120,11 @@ class _PolicyModule(L.LightningModule):
         super().__init__()
         self.policy = tabletop_policy()
         self.history = []  # like GRPOModule: the world model's success per training step
+        self.policy_version = 0
+
+    @property
+    def last_metrics(self):  # with policy, policy_version, history: a wmrl PolicyTrainer
+        return self.history[-1] if self.history else {}
 
     def training_step(self, batch, batch_idx):
         self.history.append({"rollout/success": 0.25 * (len(self.history) + 1)})

@@ -17,7 +17,7 @@ from strategies.accelerators import MUSAAccelerator, NPUAccelerator
 from strategies.offload import offload, onload
 from strategies.precision import DeviceMixedPrecision, precision_for_device
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fake_vendor(monkeypatch, device_type: str, module: str, count: int, fail: bool = False):

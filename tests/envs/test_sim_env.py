@@ -39,7 +39,7 @@ def test_groups_share_the_world_model_envs_scenes_and_expert_scores_one_each():
 
 
 def test_bad_config_is_named():
-    with pytest.raises(ValueError, match="world_model.reward=null"):
+    with pytest.raises(ValueError, match="env.reward=null"):
         TabletopSimEnv(num_envs=2, reward={"_target_": "x"})
     with pytest.raises(ValueError, match="multiple of group_size"):
         TabletopSimEnv(num_envs=3, group_size=2)

@@ -28,7 +28,7 @@ from wmrl.rewards.resnet import (
     frames_to_input,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = {"widths": [4, 8, 8, 16], "blocks_per_stage": 2, "image_size": [32, 32],
         "task_embed_dim": 4, "fusion_hidden": 8}
 TASKS = ["open the drawer", "turn on the stove", "put the bowl on the plate"]

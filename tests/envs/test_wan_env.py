@@ -2,9 +2,11 @@
 active sub-batch, fast == plain path bit for bit, state_dict, NaN regeneration, Hydra build."""
 
 import copy
+import os
 
 import pytest
 import torch
+from conftest import CONF_DIR
 from omegaconf import OmegaConf
 
 from wmrl.envs.initial_states import (
@@ -16,7 +18,8 @@ from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.interfaces import ChunkEnv, RewardModel
 from wmrl.pixels import u8_to_unit_np
 
-CFG = OmegaConf.to_container(OmegaConf.load("conf/world_model/wan_tiny.yaml"), resolve=False)
+TINY_CONF = os.path.join(CONF_DIR, "env", "wan_tiny.yaml")
+CFG = OmegaConf.to_container(OmegaConf.load(TINY_CONF), resolve=False)
 WORLD_MODEL = {k: v for k, v in CFG["world_model"].items() if k != "path"}
 
 
@@ -193,7 +196,7 @@ def test_nan_latents_regenerated_then_clear_error(states_dir):
 def test_hydra_instantiate_tiny_config(tmp_path):
     from hydra.utils import instantiate
 
-    cfg = OmegaConf.load("conf/world_model/wan_tiny.yaml")
+    cfg = OmegaConf.load(TINY_CONF)
     cfg.num_envs, cfg.group_size = 4, 2
     cfg.world_model.path = None
     env = instantiate(cfg, reward=Brightness())
