@@ -33,7 +33,9 @@ class SimEvalCallback(L.Callback):
     optimizer steps, and at train end. Logs ``sim/success`` and ``sim/success_<task>`` to the
     trainer's logger(s), writes ``num_videos`` GIFs and ``success_vs_step.png`` under
     ``<out_dir>`` (default ``<trainer.default_root_dir>/sim_eval``) and, with a WandbLogger,
-    logs them as ``wandb.Video`` / ``wandb.Image``. ``history`` keeps every result."""
+    logs them as ``wandb.Video`` / ``wandb.Image``; at train end ``history.jsonl`` and
+    ``success_vs_step.png`` also go to the wandb run as one artifact (type ``sim_eval``).
+    ``history`` keeps every result."""
 
     def __init__(self, every_n_steps: int = 10, episodes_per_task: int = 70,
                  tasks: list[str] | None = None, temperature: float = 1.0, seed: int = 0,
@@ -65,6 +67,7 @@ class SimEvalCallback(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_end:
             self._run(trainer, pl_module)
+        self._log_artifact(trainer)
 
     # ---- work ---------------------------------------------------------------------------
     @rank_zero_only
@@ -114,3 +117,24 @@ class SimEvalCallback(L.Callback):
                 if videos:
                     media["sim/videos"] = [wandb.Video(p, format="gif") for p in videos]
                 lg.experiment.log({**media, "trainer/global_step": step})
+
+    @rank_zero_only
+    def _log_artifact(self, trainer: L.Trainer) -> list:
+        """The final ``history.jsonl`` + ``success_vs_step.png`` as a wandb artifact
+        ``sim_eval-<run id>`` (a new version per fit of that run); the artifacts logged."""
+        from lightning.pytorch.loggers import WandbLogger
+
+        out = self._out_dir(trainer)
+        files = [p for p in (os.path.join(out, "history.jsonl"),
+                             os.path.join(out, "success_vs_step.png")) if os.path.isfile(p)]
+        logged = []
+        for lg in trainer.loggers:
+            if isinstance(lg, WandbLogger) and files:
+                import wandb
+
+                art = wandb.Artifact(f"sim_eval-{lg.experiment.id}", type="sim_eval")
+                for p in files:
+                    art.add_file(p)
+                lg.experiment.log_artifact(art)
+                logged.append(art)
+        return logged

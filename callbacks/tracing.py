@@ -16,7 +16,8 @@ class TracingCallback(L.Callback):
     """Trainer spans (``Tracer.flush()`` here) and the rollout actors' spans (returned with
     each batch, ``datamodule.pop_trace_events()``) are appended to ``<dir>/trace-steps.jsonl``
     after every step; at the end they are merged into ``<dir>/trace.json`` (open it in
-    https://ui.perfetto.dev or chrome://tracing)."""
+    https://ui.perfetto.dev or chrome://tracing) and, with a WandbLogger, saved to the wandb
+    run (``files/trace.json``; ``wandb sync`` uploads it with the run)."""
 
     def __init__(self, dir: str, enabled: bool = True):
         self.dir = dir
@@ -44,3 +45,13 @@ class TracingCallback(L.Callback):
         self._flush(trainer)
         if trainer.is_global_zero and os.path.isdir(self.dir):
             self.path = str(Tracer.merge([self.dir], os.path.join(self.dir, "trace.json")))
+            save_to_wandb(trainer, self.path)
+
+
+def save_to_wandb(trainer: L.Trainer, path: str) -> None:
+    """``path`` into the files of every WandbLogger's run (rank zero; no-op without one)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger):
+            lg.experiment.save(path, base_path=os.path.dirname(path), policy="now")

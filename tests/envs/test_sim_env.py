@@ -50,3 +50,61 @@ def test_bad_config_is_named():
     with pytest.raises(ValueError, match=r"\[num_envs, chunk, 7\]"):
         env.chunk_step(torch.zeros(2, 4, 7))
     env.close()
+
+
+def _expert_actions(state_id: int, n: int) -> np.ndarray:
+    """The clean expert's actions on red_on_plate eval state ``state_id`` (ends on success),
+    zero-padded to ``n``: replayed open loop in chunks they retrace the same episode."""
+    from wmrl.sim.tabletop import TabletopEnv
+
+    e = TabletopEnv(render=False, max_episode_steps=n)
+    obs, _ = e.reset(options={"task": "red_on_plate", "state_id": state_id})
+    expert = ScriptedExpert()
+    expert.reset(1, seed=0)
+    acts, done = [], False
+    while not done:
+        acts.append(expert.act(obs)[0])
+        obs, _, term, trunc, _ = e.step(acts[-1])
+        done = term or trunc
+    return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
+
+
+def test_skip_intermediate_renders_changes_nothing_the_contract_returns(monkeypatch):
+    """skip_intermediate_renders (the default) vs rendering every control step: bit-identical
+    observations, rewards, done flags and success over whole episodes (success mid-chunk,
+    success on a chunk's last step, truncation), for one render per env and chunk."""
+    from wmrl.sim.tabletop import TabletopEnv
+
+    calls = []
+    real = TabletopEnv.render
+
+    def counted(self):
+        calls.append(id(self))
+        return real(self)
+
+    monkeypatch.setattr(TabletopEnv, "render", counted)
+    rng = np.random.default_rng(0)
+    # envs: state 3 (expert: success at step 23), 3 (random), 1 (expert: step 24), 1 (random)
+    acts = torch.from_numpy(np.stack([_expert_actions(3, 32), rng.uniform(-1, 1, (32, 7)),
+                                      _expert_actions(1, 32), rng.uniform(-1, 1, (32, 7))]))
+    runs = {}
+    for skip in (True, False):
+        env = TabletopSimEnv(num_envs=4, group_size=2, chunk=8, max_episode_steps=32,
+                             num_states=8, image_size=32, seed=0,
+                             skip_intermediate_renders=skip)
+        out = [env.reset(state_ids=[3, 1])]
+        calls.clear()
+        for k in range(4):
+            out.append(env.chunk_step(acts[:, 8 * k : 8 * (k + 1)].float()))
+        runs[skip] = (out, len(calls))
+        env.close()
+    (a, n_skip), (b, n_full) = runs[True], runs[False]
+    assert torch.equal(a[0]["image"], b[0]["image"]) and a[0]["task"] == b[0]["task"]
+    for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(a[1:], b[1:]):
+        assert o1["image"].dtype == torch.uint8 and torch.equal(o1["image"], o2["image"])
+        for x, y in [(r1, r2), (te1, te2), (tr1, tr2), (i1["success"], i2["success"])]:
+            assert torch.equal(x, y)
+    assert b[-1][4]["success"].tolist() == [True, False, True, False]
+    assert b[-1][3][:, -1].tolist() == [False, True, False, True]  # the random envs time out
+    assert b[3][1].sum(1).tolist() == [1.0, 0.0, 1.0, 0.0]  # success reward in chunk 3
+    assert n_full == 23 + 32 + 24 + 32 and n_skip == 3 + 4 + 3 + 4

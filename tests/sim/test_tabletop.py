@@ -202,7 +202,7 @@ def test_bad_inputs(env):
 
 
 def test_step_chunk_and_vec_env():
-    vec = TabletopVecEnv(2, image_size=24, max_episode_steps=10)
+    vec = TabletopVecEnv(2, image_size=24, max_episode_steps=10, skip_intermediate_renders=False)
     obs, info = vec.reset(options=[{"task": "red_left", "state_id": 0},
                                    {"task": "red_on_plate", "state_id": 1}])
     assert obs["image"].shape == (2, 24, 24, 3) and obs["task"][0].startswith("push")
@@ -217,6 +217,81 @@ def test_step_chunk_and_vec_env():
     # frames after the end repeat the last frame
     np.testing.assert_array_equal(info["frames"][0, 2], info["frames"][0, -1])
     vec.close()
+
+
+def _expert_actions(task: str, state_id: int, n: int) -> np.ndarray:
+    """The clean expert's actions on eval state ``state_id`` (its episode ends on success),
+    zero-padded to ``n``: replayed open loop in chunks they retrace the same episode."""
+    e = TabletopEnv(render=False, max_episode_steps=n)
+    obs, _ = e.reset(options={"task": task, "state_id": state_id})
+    expert = ScriptedExpert()
+    expert.reset(1, seed=0)
+    acts, done = [], False
+    while not done:
+        acts.append(expert.act(obs)[0])
+        obs, _, term, trunc, _ = e.step(acts[-1])
+        done = term or trunc
+    return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
+
+
+def _count_renders(monkeypatch) -> list:
+    calls = []
+    real = TabletopEnv.render
+
+    def counted(self):
+        calls.append(id(self))
+        return real(self)
+
+    monkeypatch.setattr(TabletopEnv, "render", counted)
+    return calls
+
+
+def test_skip_intermediate_renders_same_results(monkeypatch):
+    """Skipping intermediate renders changes nothing a caller gets from step_chunk but the
+    missing info["frames"]: bit-identical obs (uint8 frames) and states, rewards, done flags
+    and success, for episodes that end by success mid-chunk (env 0), by success on a chunk's
+    last step (env 1) and by truncation mid-chunk (env 2); and it renders once per chunk."""
+    steps, chunk, n_chunks = 28, 8, 4  # truncation at step 28 = chunk 4, index 3
+    acts = np.stack([_expert_actions("red_on_plate", 3, 32),  # success at step 23
+                     _expert_actions("red_on_plate", 1, 32),  # success at step 24
+                     np.random.default_rng(0).uniform(-1, 1, (32, 7))])
+    calls = _count_renders(monkeypatch)
+    runs = {}
+    for skip in (True, False):
+        vec = TabletopVecEnv(3, image_size=32, max_episode_steps=steps,
+                             skip_intermediate_renders=skip)
+        obs, _ = vec.reset(options=[{"task": "red_on_plate", "state_id": i} for i in (3, 1, 0)])
+        calls.clear()
+        out = [obs]
+        for k in range(n_chunks):
+            out.append(vec.step_chunk(acts[:, k * chunk : (k + 1) * chunk]))
+            assert ("frames" in out[-1][4]) == (not skip)
+        runs[skip] = (out, len(calls))
+        vec.close()
+    (skip, n_skip), (full, n_full) = runs[True], runs[False]
+    np.testing.assert_array_equal(skip[0]["image"], full[0]["image"])
+    for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(skip[1:], full[1:]):
+        assert o1["image"].dtype == np.uint8
+        np.testing.assert_array_equal(o1["image"], o2["image"])
+        np.testing.assert_array_equal(o1["state"], o2["state"])
+        for a, b in [(r1, r2), (te1, te2), (tr1, tr2)] + [(i1[k], i2[k]) for k in
+                                                        ("success", "states", "n_executed")]:
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(o2["image"], i2["frames"][:, -1])
+    last = full[-1]
+    assert last[2][:, -1].tolist() == [True, True, False]  # succeeded
+    assert last[3][:, -1].tolist() == [False, False, True]  # truncated
+    assert [int(full[3][4]["n_executed"][0]), int(full[4][4]["n_executed"][2])] == [7, 4]
+    assert n_full == 23 + 24 + 28  # every executed step renders
+    assert n_skip == 3 + 3 + 4  # once per chunk an env is stepped in
+    # a single step always renders: per-step callers (collection, videos) get every frame
+    e = TabletopEnv(image_size=16)
+    e.reset(options={"task": 0, "state_id": 0})
+    calls.clear()
+    for _ in range(3):
+        assert e.step(np.zeros(7))[0]["image"].shape == (16, 16, 3)
+    assert len(calls) == 3
+    e.close()
 
 
 def test_initial_frames_match_reset():
@@ -319,9 +394,166 @@ def test_libero_adapter_optional():
         with pytest.raises(ImportError, match=r"\.\[libero\]"):
             libero_adapter.LiberoEnv()
         pytest.skip("libero not installed (optional extra .[libero]); adapter not exercised")
-    env = libero_adapter.LiberoEnv("libero_spatial", task=0, image_size=64, num_wait_steps=2)
-    obs, info = env.reset(options={"task": 0, "state_id": 0})
-    assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
-    obs, rew, term, trunc, info = env.step_chunk(np.zeros((8, 7)))
-    assert info["frames"].shape == (8, 64, 64, 3) and rew.shape == (8,)
-    env.close()
+    outs = {}
+    for skip in (False, True):
+        env = libero_adapter.LiberoEnv("libero_spatial", task=0, image_size=64, num_wait_steps=2,
+                                       skip_intermediate_renders=skip)
+        obs, info = env.reset(seed=0, options={"task": 0, "state_id": 0})
+        assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
+        outs[skip] = [obs, *env.step_chunk(np.zeros((8, 7)))]
+        assert ("frames" in outs[skip][5]) == (not skip)
+        env.close()
+    assert outs[False][5]["frames"].shape == (8, 64, 64, 3) and outs[False][2].shape == (8,)
+    for k in ("image", "state"):  # skipping the intermediate renders changes no observation
+        np.testing.assert_array_equal(outs[True][0][k], outs[False][0][k])
+        np.testing.assert_array_equal(outs[True][1][k], outs[False][1][k])
+    np.testing.assert_array_equal(outs[True][2], outs[False][2])
+
+
+class _FakeObservable:
+    """robosuite 1.4's Observable sampling clock (sensor called when the clock says so)."""
+
+    def __init__(self, name, sensor, modality):
+        sensor.__modality__ = modality
+        self.name, self._sensor, self._enabled = name, sensor, True
+        self._sampling_timestep, self._current_delay = 0.05, 0.0  # 20 Hz control
+        self._time_since_last_sample, self._sampled = 0.0, False
+        self._current_observed_value = None
+
+    @property
+    def modality(self):
+        return self._sensor.__modality__
+
+    @property
+    def obs(self):
+        return self._current_observed_value
+
+    def update(self, timestep, obs_cache, force=False):
+        if not self._enabled:
+            return
+        self._time_since_last_sample += timestep
+        if force or (not self._sampled and self._sampling_timestep - self._current_delay
+                     >= self._time_since_last_sample):
+            self._current_observed_value = np.array(self._sensor(obs_cache))
+            self._sampled = True
+        if self._time_since_last_sample >= self._sampling_timestep:
+            if not self._sampled:
+                self._current_observed_value = np.array(self._sensor(obs_cache))
+            self._time_since_last_sample %= self._sampling_timestep
+            self._sampled = False
+
+
+class _FakeRobosuite:
+    """25 physics substeps per control step; the "physics" is a substep counter q, the camera
+    image shows q (so a stale or differently timed frame is visible), done once q >= done_at."""
+
+    model_timestep, substeps = 0.002, 25
+
+    def __init__(self, done_at=None, fail_at_step=None):
+        self.q, self.n_steps, self.renders = 0, 0, 0
+        self.done_at, self.fail_at_step = done_at, fail_at_step
+
+        def camera(cache):
+            self.renders += 1
+            return np.full((4, 4, 3), self.q % 251, np.uint8)
+
+        self._observables = {o.name: o for o in (
+            _FakeObservable("agentview_image", camera, "image"),
+            _FakeObservable("robot0_eef_pos", lambda c: np.array([self.q, 0.0, 0.0]), "proprio"),
+        )}
+
+    def _update_observables(self, force=False):
+        for o in self._observables.values():
+            o.update(self.model_timestep, {}, force)
+
+    def _get_observations(self, force_update=False):
+        if force_update:
+            self._update_observables(force=True)
+        return {n: o.obs for n, o in self._observables.items() if o._enabled}
+
+    def step(self, action):
+        self.n_steps += 1
+        if self.n_steps == self.fail_at_step:
+            raise RuntimeError("simulated env failure")
+        for _ in range(self.substeps):
+            self.q += 1
+            self._update_observables()
+        return self._get_observations(), 0.0, self.done_at is not None and self.q >= self.done_at, {}
+
+
+class _FakeOffScreenRenderEnv:
+    def __init__(self, rob):
+        self.env = rob
+
+    def seed(self, seed):
+        pass
+
+    def reset(self):
+        self.env.q = 0
+        return self.env._get_observations(force_update=True)
+
+    def set_init_state(self, state):  # LIBERO: set the state, then a forced observation
+        self.env.q = int(state)
+        self.env._update_observables(force=True)
+        return self.env._get_observations()
+
+    def step(self, action):
+        return self.env.step(action)
+
+
+def _fake_libero(skip, max_steps=20, wait=3, **rob_kw):
+    from wmrl.sim.libero_adapter import LiberoEnv
+
+    env = object.__new__(LiberoEnv)  # LiberoEnv.__init__ needs the libero package
+    rob = _FakeRobosuite(**rob_kw)
+    env.__dict__.update(env=_FakeOffScreenRenderEnv(rob), suite_name="fake", image_size=4,
+                        max_episode_steps=max_steps, num_wait_steps=wait, task_id=0,
+                        terminate_on_success=True, skip_intermediate_renders=skip,
+                        instruction="do it", init_states=[0, 1000])
+    return env, rob
+
+
+def _run_chunks(env, n_chunks=3, chunk=8):
+    out = [env.reset(options={"state_id": 1})[0]]
+    for _ in range(n_chunks):
+        out.append(env.step_chunk(np.zeros((chunk, 7))))
+        if out[-1][2][-1] or out[-1][3][-1]:
+            break
+    return out
+
+
+def test_libero_adapter_skip_intermediate_renders_with_robosuite_clock():
+    """The LIBERO adapter's skipping against robosuite's observable sampling clock (faked:
+    LIBERO is an optional extra): the same observations as rendering every step, the reset's
+    wait steps and a mid-chunk truncation included; only the frames returned are rendered; an
+    episode that succeeds mid-chunk still ends on a real (end-of-step) frame; the real camera
+    sensors are back after a failing step."""
+    (skip, rob_s), (full, rob_f) = _fake_libero(True), _fake_libero(False)
+    a, b = _run_chunks(skip), _run_chunks(full)  # truncated at step 20: chunk 3, index 3
+    assert len(a) == len(b) == 4
+    np.testing.assert_array_equal(a[0]["image"], b[0]["image"])
+    for (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) in zip(a[1:], b[1:]):
+        np.testing.assert_array_equal(o1["image"], o2["image"])
+        np.testing.assert_array_equal(o1["state"], o2["state"])
+        for x, y in [(r1, r2), (te1, te2), (tr1, tr2), (i1["success"], i2["success"])]:
+            np.testing.assert_array_equal(x, y)
+        assert "frames" not in i1 and i2["frames"].shape == (8, 4, 4, 3)
+    assert b[-1][3].tolist() == [False] * 3 + [True] * 5 and b[-1][4]["n_executed"] == 4
+    # rendering every step: 2 forced (reset, set_init_state) + one per wait and env step
+    assert rob_f.renders == 2 + 3 + 20
+    # skipping: the 2 forced + the last wait step + one per chunk
+    assert rob_s.renders == 2 + 1 + 3
+    # success at step 13 (chunk 2, index 4): the episode's last frame is rendered after all
+    env, rob = _fake_libero(True, max_steps=100, done_at=1000 + (3 + 13) * 25)  # 3 wait steps
+    out = _run_chunks(env)
+    obs, _, term, _, info = out[-1]
+    assert len(out) == 3 and term.tolist() == [False] * 4 + [True] * 4
+    assert info["n_executed"] == 5 and obs["image"] is not None
+    assert (obs["image"] == rob.q % 251).all()  # the state after the step
+    # a step that raises leaves the real camera sensor in place
+    env, rob = _fake_libero(True, wait=0, fail_at_step=3)
+    real = rob._observables["agentview_image"]._sensor
+    env.reset(options={"state_id": 1})
+    with pytest.raises(RuntimeError, match="simulated env failure"):
+        env.step_chunk(np.zeros((8, 7)))
+    assert rob._observables["agentview_image"]._sensor is real

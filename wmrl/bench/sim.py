@@ -1,4 +1,5 @@
-"""Tabletop simulator figures: render and step cost, scripted-expert success vs noise."""
+"""Tabletop simulator figures: render and step cost, chunked env steps/s with and without
+``skip_intermediate_renders``, scripted-expert success vs noise."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from wmrl.pipeline.sim_rollout import evaluate_success
 from wmrl.sim.expert import ScriptedExpert
-from wmrl.sim.tabletop import TASK_NAMES, TabletopEnv
+from wmrl.sim.tabletop import TASK_NAMES, TabletopEnv, TabletopVecEnv
 
 NOISE_LEVELS = {
     "none": {},
@@ -23,6 +24,45 @@ def _time_per_call(fn, n: int) -> float:
     for _ in range(n):
         fn()
     return (time.perf_counter() - t0) / n * 1e3
+
+
+def skip_render_figures(num_envs: int = 8, chunk: int = 8, sizes=(64, 128), rounds: int = 5,
+                        chunks_per_round: int = 3) -> list[dict]:
+    """Env steps/s of ``TabletopVecEnv.step_chunk`` with ``skip_intermediate_renders`` on
+    (render each chunk's last frame) and off (render every step), and their ratio: the
+    reference's shape (RLinf LIBERO: chunk 8, one env per chunk row) at this machine's scale
+    (8 envs, the one front camera). The two envs run the same random actions in alternating
+    rounds, so both see the same machine load."""
+    out = []
+    rng = np.random.default_rng(0)
+    acts = rng.uniform(-1, 1, (rounds * chunks_per_round + 1, num_envs, chunk, 7))
+    for size in sizes:
+        vecs = {skip: TabletopVecEnv(num_envs, image_size=size, max_episode_steps=10**6,
+                                     terminate_on_success=False, skip_intermediate_renders=skip)
+                for skip in (True, False)}
+        seconds = dict.fromkeys(vecs, 0.0)
+        try:
+            for vec in vecs.values():
+                vec.reset(options=[{"task": 0, "state_id": i} for i in range(num_envs)])
+                vec.step_chunk(acts[-1])  # warm-up (GL context, caches)
+            for r in range(rounds):
+                for skip, vec in vecs.items():
+                    t0 = time.perf_counter()
+                    for k in range(r * chunks_per_round, (r + 1) * chunks_per_round):
+                        vec.step_chunk(acts[k])
+                    seconds[skip] += time.perf_counter() - t0
+        finally:
+            for vec in vecs.values():
+                vec.close()
+        steps = rounds * chunks_per_round * num_envs * chunk
+        rate = {skip: steps / seconds[skip] for skip in vecs}
+        shape = {"num_envs": num_envs, "chunk": chunk, "image": [size, size], "steps": steps}
+        for skip, tag in ((True, "skip"), (False, "every")):
+            out.append({"name": f"sim.chunk_steps_per_s_{size}_{tag}_render",
+                        "value": round(rate[skip], 1), "unit": "env steps/s", **shape})
+        out.append({"name": f"sim.skip_render_speedup_{size}",
+                    "value": round(rate[True] / rate[False], 2), "unit": "x", **shape})
+    return out
 
 
 def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]:
@@ -44,6 +84,7 @@ def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]
     ms = _time_per_call(lambda: env.step(rng.uniform(-1, 1, 7)), 300)
     out.append({"name": "sim.step_ms_with_render_64", "value": round(ms, 3), "unit": "ms/step"})
     env.close()
+    out.extend(skip_render_figures())
     for level, knobs in NOISE_LEVELS.items():
         t0 = time.perf_counter()
         rates = evaluate_success(ScriptedExpert(**knobs, seed=1), list(TASK_NAMES),

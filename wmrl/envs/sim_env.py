@@ -11,6 +11,11 @@ Contract (as ``WanWorldModelEnv``): ``reset(seed, state_ids)`` -> obs {"image": 
 terminations [B, C], truncations [B, C], info {"success": bool [B]}). Consecutive envs in a
 group share an initial state; state ids are drawn exactly as ``WanWorldModelEnv`` draws them
 (same seed -> same scenes), so an oracle run and a world-model run see the same groups.
+
+``skip_intermediate_renders`` (default True) renders each env's camera only on the chunk's
+last control step (and the step its episode ends); physics, rewards, success and the done
+flags still run every step. The contract returns only the observation after the chunk, so
+what the policy sees is bit-identical to rendering every step, for ~chunk-fold fewer renders.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class TabletopSimEnv:
         num_states: int = 256,
         seed: int = 0,
         reward: Any = None,
+        skip_intermediate_renders: bool = True,
         **env_kwargs,
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
@@ -50,7 +56,9 @@ class TabletopSimEnv:
         self.num_envs, self.group_size, self.chunk = num_envs, group_size, chunk
         self.task, self.num_states = task, num_states
         self.vec = TabletopVecEnv(num_envs, max_episode_steps=max_episode_steps,
-                                  terminate_on_success=True, **env_kwargs)
+                                  terminate_on_success=True,
+                                  skip_intermediate_renders=skip_intermediate_renders,
+                                  **env_kwargs)
         self._reset_rng = torch.Generator()
         seed_reset_generator(self._reset_rng, seed)
         self._success = np.zeros(num_envs, bool)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strategies.fused import apply_fused_ops, fused_ops_config
 from wmrl.interfaces import PolicySample
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
@@ -246,6 +247,7 @@ class OpenVLAOFTPolicy(nn.Module):
         if check_stats:
             _ = self.stats  # fail early on a missing / wrong unnorm_key
         self._attn_checked = False
+        self.fused_ops_report = None  # build_policy(fused_ops=...): strategies.FusedOpsReport
         self.register_buffer("_mean", torch.tensor(wm["image_means"][: 1 + fused]).view(
             -1, 3, 1, 1), persistent=False)
         self.register_buffer("_std", torch.tensor(wm["image_stds"][: 1 + fused]).view(
@@ -611,11 +613,18 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
                  unnorm_key: str | None = None, dtype: str = "float32",
                  gradient_checkpointing: bool = False, attn_implementation: str = "sdpa",
                  overrides: dict | None = None, seed: int = 0,
-                 ignore_key_prefixes: list[str] | tuple[str, ...] = ()) -> OpenVLAOFTPolicy:
+                 ignore_key_prefixes: list[str] | tuple[str, ...] = (),
+                 fused_ops: bool | str | None = False) -> OpenVLAOFTPolicy:
     """Hydra ``_target_``: load ``pretrained_path`` if given, else random weights from ``config``
     (a plain dict, picklable for Ray workers; None = the tiny config). ``overrides`` update the
     ``wmrl`` settings; ``ignore_key_prefixes`` skips checkpoint keys the policy does not use
-    (e.g. ``["value_head."]`` of an RLinf PPO actor)."""
+    (e.g. ``["value_head."]`` of an RLinf PPO actor).
+
+    ``fused_ops``: false (default) keeps the eager Llama; ``auto`` (or true) swaps its RMSNorms
+    and rotary embedding for the fused kernels of this process's device family (npu:
+    ``torch_npu.npu_rms_norm`` / ``npu_rotary_mul``; cuda, cpu: ``F.rms_norm``, eager rotary);
+    a device type (``npu``, ``cuda``, ``cpu``) picks that family's kernels. Tensors on another
+    device run eager. What was swapped: ``policy.fused_ops_report`` (``strategies.fused``)."""
     if pretrained_path:
         model = OpenVLAOFTPolicy.from_pretrained(
             str(pretrained_path), unnorm_key=unnorm_key, dtype=dtype,
@@ -629,6 +638,9 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
                                              attn_implementation=attn_implementation)
         model = model.to(_as_dtype(dtype))
         model._mean, model._std = model._mean.float(), model._std.float()
+    device_type = fused_ops_config(fused_ops)
+    model.fused_ops_report = (apply_fused_ops(model, device_type, ops=("rms_norm", "rotary"))
+                              if device_type else None)
     if gradient_checkpointing:
         model.set_gradient_checkpointing(True)
     return model

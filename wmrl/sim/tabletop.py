@@ -329,6 +329,15 @@ class TabletopEnv:
     obs = {"image": uint8 [H, W, 3], "task": instruction str, "state": float32 [STATE_DIM]};
     info["success"] is the privileged predicate. reward = 1.0 on success frames else 0.0.
     Without "state_id" reset draws a fresh random initial state from the env's RNG.
+
+    ``skip_intermediate_renders`` (default True; RLinf's LIBERO option of the same name):
+    ``step_chunk`` runs physics, reward, success and termination on every control step but
+    renders the camera only on the chunk's last step and on the step an episode ends, the
+    frames an observation is built from; the returned obs, rewards, flags and states are
+    bit-identical to rendering every step (rendering does not touch the physics). The
+    intermediate frames are then not made, so info["frames"] is left out. ``step`` always
+    renders (its observation is that step's frame): per-step callers (``rollout_episodes``:
+    data collection, evaluation videos) get every frame either way.
     """
 
     def __init__(
@@ -344,6 +353,7 @@ class TabletopEnv:
         render: bool = True,
         camera: str = "front_close",
         renderer: mujoco.Renderer | None = None,
+        skip_intermediate_renders: bool = True,
     ):
         self.height, self.width = (
             (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
@@ -363,6 +373,7 @@ class TabletopEnv:
         self.eval_seed = eval_seed
         self.render_images = render
         self.camera = camera
+        self.skip_intermediate_renders = bool(skip_intermediate_renders)
         self.data = mujoco.MjData(self.model)
         self._renderer = renderer
         self._rng = np.random.default_rng()
@@ -452,13 +463,15 @@ class TabletopEnv:
         self._renderer.update_scene(self.data, self.camera)
         return self._renderer.render()
 
-    def _obs(self) -> dict:
-        image = (
-            self.render()
-            if self.render_images
-            else np.zeros((self.height, self.width, 3), dtype=np.uint8)
-        )
-        return {"image": image, "task": self.task.instruction, "state": self.state()}
+    def _obs(self, image: bool = True) -> dict:
+        """The observation; ``image=False`` leaves the frame out (obs["image"] is None)."""
+        if not image:
+            frame = None
+        elif self.render_images:
+            frame = self.render()
+        else:
+            frame = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+        return {"image": frame, "task": self.task.instruction, "state": self.state()}
 
     # ---- gymnasium-style API -------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
@@ -539,6 +552,11 @@ class TabletopEnv:
             self.data.eq_active[self._hold_eq[best]] = 1
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict]:
+        return self._step(action, render=True)
+
+    def _step(self, action, render: bool) -> tuple[dict, float, bool, bool, dict]:
+        """One control step; the frame is rendered when ``render`` or when the episode ends
+        here (its last observation is always a real frame), else obs["image"] is None."""
         if self._done:
             raise RuntimeError("step() called after the episode ended; call reset() first")
         self._apply_action(action)
@@ -549,14 +567,15 @@ class TabletopEnv:
         truncated = bool(self.t >= self.max_episode_steps and not terminated)
         self._done = terminated or truncated
         info = {"success": success, "t": self.t, "state_id": self.state_id}
-        return self._obs(), float(success), terminated, truncated, info
+        return self._obs(image=render or self._done), float(success), terminated, truncated, info
 
     def step_chunk(self, actions) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Run a chunk of actions [C, 7]; stops early when the episode ends.
 
         Entries after the end are padded (reward 0, done flags repeated, last frame repeated).
-        info: "frames" uint8 [C, H, W, 3] (the observation after each action), "success"
-        bool [C], "states" float32 [C, STATE_DIM], "n_executed" int.
+        info: "frames" uint8 [C, H, W, 3] (the observation after each action; only with
+        ``skip_intermediate_renders=False``, which renders every step), "success" bool [C],
+        "states" float32 [C, STATE_DIM], "n_executed" int.
         """
         actions = np.asarray(actions, dtype=np.float64)
         if actions.ndim != 2 or actions.shape[1] != 7:
@@ -564,20 +583,28 @@ class TabletopEnv:
         c = actions.shape[0]
         rewards = np.zeros(c, np.float32)
         term, trunc, succ = np.zeros(c, bool), np.zeros(c, bool), np.zeros(c, bool)
-        frames = np.zeros((c, self.height, self.width, 3), np.uint8)
+        skip = self.skip_intermediate_renders
+        frames = None if skip else np.zeros((c, self.height, self.width, 3), np.uint8)
         states = np.zeros((c, STATE_DIM), np.float32)
         n = 0
         obs = None
         for i in range(c):
-            obs, rewards[i], term[i], trunc[i], info = self.step(actions[i])
-            frames[i], succ[i], states[i] = obs["image"], info["success"], obs["state"]
+            # skipping: render the last step only (_step also renders the step an episode ends)
+            obs, rewards[i], term[i], trunc[i], info = self._step(
+                actions[i], render=not skip or i == c - 1)
+            succ[i], states[i] = info["success"], obs["state"]
+            if frames is not None:
+                frames[i] = obs["image"]
             n += 1
             if term[i] or trunc[i]:
                 term[i + 1 :], trunc[i + 1 :] = term[i], trunc[i]
-                succ[i + 1 :], frames[i + 1 :], states[i + 1 :] = succ[i], frames[i], states[i]
+                succ[i + 1 :], states[i + 1 :] = succ[i], states[i]
+                if frames is not None:
+                    frames[i + 1 :] = frames[i]
                 break
-        info = {"frames": frames, "success": succ, "states": states, "n_executed": n,
-                "state_id": self.state_id}
+        info = {"success": succ, "states": states, "n_executed": n, "state_id": self.state_id}
+        if frames is not None:
+            info["frames"] = frames
         return obs, rewards, term, trunc, info
 
     def close(self) -> None:
@@ -608,7 +635,9 @@ class TabletopVecEnv:
 
     Batched obs: {"image": uint8 [B, H, W, 3], "task": list[str], "state": float32 [B, S]}.
     Envs whose episode ended are frozen (not stepped) until the next reset; their done flags
-    and last observation are repeated.
+    and last observation are repeated. ``env_kwargs`` go to every ``TabletopEnv``, among them
+    ``skip_intermediate_renders`` (default True: ``step_chunk`` renders each env's last frame
+    of the chunk only and returns no info["frames"]; pass False for every frame).
     """
 
     def __init__(self, num_envs: int, **env_kwargs):
@@ -661,8 +690,8 @@ class TabletopVecEnv:
 
     def step_chunk(self, actions) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, dict]:
         """actions [B, C, 7] -> (obs, rewards [B, C], terminated [B, C], truncated [B, C],
-        info {"frames": uint8 [B, C, H, W, 3], "success": bool [B, C], "states": float32
-        [B, C, STATE_DIM], "n_executed": int [B]})."""
+        info {"frames": uint8 [B, C, H, W, 3] (only with skip_intermediate_renders=False),
+        "success": bool [B, C], "states": float32 [B, C, STATE_DIM], "n_executed": int [B]})."""
         actions = np.asarray(actions, dtype=np.float64)
         if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != 7:
             raise ValueError(f"actions must have shape [{self.num_envs}, C, 7], got "
@@ -671,22 +700,29 @@ class TabletopVecEnv:
         e0 = self.envs[0]
         rewards = np.zeros((b, c), np.float32)
         term, trunc, succ = np.zeros((b, c), bool), np.zeros((b, c), bool), np.zeros((b, c), bool)
-        frames = np.zeros((b, c, e0.height, e0.width, 3), np.uint8)
+        frames = (None if e0.skip_intermediate_renders
+                  else np.zeros((b, c, e0.height, e0.width, 3), np.uint8))
         states = np.zeros((b, c, STATE_DIM), np.float32)
         n_executed = np.zeros(b, np.int64)
         for i, env in enumerate(self.envs):
             if self._done[i]:
-                frames[i], states[i] = self._last[i]["image"], self._last[i]["state"]
+                if frames is not None:
+                    frames[i] = self._last[i]["image"]
+                states[i] = self._last[i]["state"]
                 term[i], trunc[i] = self._last_done[i]
                 succ[i] = env.success()
                 continue
             obs, rewards[i], term[i], trunc[i], info = env.step_chunk(actions[i])
-            frames[i], succ[i], states[i] = info["frames"], info["success"], info["states"]
+            succ[i], states[i] = info["success"], info["states"]
+            if frames is not None:
+                frames[i] = info["frames"]
             n_executed[i] = info["n_executed"]
             self._last[i] = obs
             self._done[i] = term[i, -1] or trunc[i, -1]
             self._last_done[i] = (bool(term[i, -1]), bool(trunc[i, -1]))
-        info = {"frames": frames, "success": succ, "states": states, "n_executed": n_executed}
+        info = {"success": succ, "states": states, "n_executed": n_executed}
+        if frames is not None:
+            info["frames"] = frames
         return self._batch(self._last), rewards, term, trunc, info
 
     @property
