@@ -5,19 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 
+from strategies import full_state_dict
 from wmrl.tracing import Tracer
-
-
-def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Full (unsharded) tensors: DTensor shards from FSDP2 are gathered."""
-    out = {}
-    for name, value in module.state_dict().items():
-        if hasattr(value, "full_tensor"):
-            value = value.full_tensor()
-        out[name] = value
-    return out
 
 
 class WeightSyncCallback(L.Callback):

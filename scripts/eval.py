@@ -6,7 +6,10 @@
 
 The policy is built from the ``policy`` config group; ``ckpt_path`` then loads a Lightning
 checkpoint written by ``scripts/fit.py`` (GRPOModule state dict, keys ``policy.<...>``) into
-it with ``torch.load(weights_only=True)``. Prints a per-task table and one JSON line.
+it with ``torch.load(weights_only=True)``. A checkpoint trained with another policy config
+(its ``wmrl_config["policy"]``) is refused: pass the fit's ``policy=...`` and ``policy.*``
+overrides. Prints a per-task table and one JSON line; a config error is one line on stderr
+and exit code 2.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -23,39 +27,64 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from wmrl.config import build  # noqa: E402
+from callbacks.run_record import CONFIG_KEY  # noqa: E402
+from wmrl.config import ConfigError, build, check_checkpoint  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 
 PREFIX = "policy."
 
 
+class CheckpointKeyError(ConfigError, KeyError):
+    """The checkpoint lacks the configured policy's keys: a config error (a KeyError, as it
+    was before ConfigError)."""
+
+    __str__ = ConfigError.__str__  # not KeyError's quoted repr
+
+
+def _refuse_directory(path: str) -> None:
+    if os.path.isdir(path):
+        raise ConfigError(f"ckpt_path {path} is a directory (a sharded/DCP checkpoint?): pass a "
+                          "single .ckpt file, or a save_pretrained dir as policy.pretrained_path")
+
+
 def policy_state_from_ckpt(path: str) -> dict[str, torch.Tensor]:
     """The policy's weights from a Lightning ``.ckpt`` (or a bare state dict) file."""
-    if os.path.isdir(path):
-        raise ValueError(f"ckpt_path {path} is a directory (a sharded/DCP checkpoint?): pass a "
-                         "single .ckpt file, or a save_pretrained dir as policy.pretrained_path")
+    _refuse_directory(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"ckpt_path {path} does not exist")
+        raise ConfigError(f"ckpt_path {path} does not exist")
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict):
-        raise ValueError(f"ckpt_path {path}: expected a dict with 'state_dict', got {type(ckpt)}")
+        raise ConfigError(f"ckpt_path {path}: expected a dict with 'state_dict', got {type(ckpt)}")
     policy = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
     if not policy:
-        raise KeyError(f"ckpt_path {path}: no '{PREFIX}*' keys (found e.g. {sorted(state)[:5]}); "
-                       "is it a GRPOModule checkpoint from scripts/fit.py?")
+        raise CheckpointKeyError(f"ckpt_path {path}: no '{PREFIX}*' keys (found e.g. "
+                                 f"{sorted(state)[:5]}); is it a GRPOModule checkpoint from "
+                                 "scripts/fit.py?")
     return policy
 
 
+def check_ckpt(path: str, policy_cfg: dict) -> None:
+    """Before any model loads: ``path`` is a Lightning checkpoint trained with ``policy_cfg``
+    (else ``ConfigError`` naming the keys that differ); one written before checkpoints
+    recorded their config passes with a warning."""
+    _refuse_directory(path)
+    if check_checkpoint(path, policy_cfg)[CONFIG_KEY] is None:
+        warnings.warn(f"ckpt_path {path} records no run config (written before {CONFIG_KEY}): "
+                      "cannot check that it was trained with this policy config", stacklevel=2)
+
+
 def load_policy(policy_cfg, ckpt_path: str | None = None):
+    if ckpt_path:
+        check_ckpt(ckpt_path, dict(policy_cfg))
     policy = build(policy_cfg)
     if ckpt_path:
-        state = policy_state_from_ckpt(ckpt_path)
-        result = policy.load_state_dict(state, strict=False)
+        result = policy.load_state_dict(policy_state_from_ckpt(ckpt_path), strict=False)
         if result.missing_keys or result.unexpected_keys:
-            raise KeyError(f"ckpt_path {ckpt_path} does not match the configured policy: missing "
-                           f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}; "
-                           "use the same policy config as the fit run")
+            raise CheckpointKeyError(
+                f"ckpt_path {ckpt_path} does not match the configured policy: missing "
+                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}; use the "
+                "same policy config as the fit run")
     return policy.eval()
 
 
@@ -101,7 +130,12 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
     def main(cfg) -> None:
-        print(json.dumps(run(OmegaConf.to_container(cfg, resolve=True))))
+        try:
+            out = run(OmegaConf.to_container(cfg, resolve=True))
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            sys.exit(2)
+        print(json.dumps(out))
 
     main()
 

@@ -23,7 +23,9 @@ def main(cfg: DictConfig) -> None:
     try:
         fit(cfg)
     except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
+        if os.environ.get("WMRL_FULL_ERROR") == "1":
+            raise
+        print(f"config error: {err} (WMRL_FULL_ERROR=1 shows the trace)", file=sys.stderr)
         sys.exit(2)
 
 

@@ -22,7 +22,16 @@ import torch.distributed.checkpoint as dcp
 from lightning.fabric.utilities.load import _METADATA_FILENAME
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-__all__ = ["load_full_checkpoint", "load_full_state_dict"]
+__all__ = ["full_state_dict", "load_full_checkpoint", "load_full_state_dict"]
+
+
+def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state dict with full (unsharded) tensors: FSDP2's DTensor shards are
+    all-gathered (a collective: every rank of the mesh must call it)."""
+    out = {}
+    for name, value in module.state_dict().items():
+        out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
+    return out
 
 
 def load_full_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:

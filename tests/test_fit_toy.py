@@ -18,7 +18,7 @@ def toy_cfg(tmp_path, **over):
         "seed": 0,
         "ckpt_path": None,
         "run_dir": str(tmp_path),
-        "checkpoint": {"every_n_steps": 1, "save_top_k": 0},
+        "checkpoint": {"every_n_steps": 1, "keep_last": 0},
         "policy": {"_target_": "toys.LinearBinPolicy"},
         "env": {"_target_": "toys.ReachEnv"},
         "reward": None,

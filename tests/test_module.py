@@ -1,10 +1,13 @@
 """``GRPOModule.update`` on a hand-made batch, under a real Lightning Trainer, without Ray."""
 
+import copy
 import math
 import warnings
 
 import lightning as L
+import pytest
 import torch
+from toys import LinearBinPolicy
 
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.module import GRPOModule
@@ -12,7 +15,7 @@ from wmrl.module import GRPOModule
 warnings.filterwarnings("ignore", message=".*dataloader_iter.*")
 
 
-def hand_batch() -> TrajectoryBatch:
+def hand_batch(version: int = 0) -> TrajectoryBatch:
     """2 groups of 2, one chunk of 8 steps, 56 tokens. Group 0: trajectory 0 succeeds
     (reward 1 at its last step) with every token = bin 10, trajectory 1 fails with bin 20.
     Group 1: both fail (bin 30): no variance, filtered out."""
@@ -26,17 +29,27 @@ def hand_batch() -> TrajectoryBatch:
         image=torch.zeros(n, 1, 8, 8, 3, dtype=torch.uint8), tokens=tokens,
         logprobs=torch.full((n, 1, length), -math.log(256)),  # the zero-init policy: uniform
         rewards=rewards, dones=dones, success=torch.tensor([True, False, False, False]),
-        task=["reach"] * n, version=0)
+        task=["reach"] * n, version=version)
+
+
+def make_module(policy=None, **kw) -> GRPOModule:
+    args = dict(group_size=2, temperature=1.0, lr=0.1, eps=1e-8, weight_decay=0.0,
+                grad_clip=1.0, global_batch=8, micro_batch=2)
+    return GRPOModule(policy=policy or {"_target_": "toys.LinearBinPolicy"}, **{**args, **kw})
+
+
+def fit(module, batches, tmp_path, callbacks=()):
+    trainer = L.Trainer(accelerator="cpu", max_steps=len(batches), logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path,
+                        callbacks=list(callbacks))
+    trainer.fit(module, train_dataloaders=iter(batches))
+    return trainer
 
 
 def test_update_moves_logits_towards_the_success_and_skips_flat_groups(tmp_path):
-    module = GRPOModule(policy={"_target_": "toys.LinearBinPolicy"}, group_size=2,
-                        temperature=1.0, lr=0.1, eps=1e-8, weight_decay=0.0, grad_clip=1.0,
-                        global_batch=8, micro_batch=2)
-    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path)
-    trainer.fit(module, train_dataloaders=iter([hand_batch()]))
+    module = make_module()
+    fit(module, [hand_batch()], tmp_path)
     m = module.last_metrics
     assert m["rollout/success"] == 0.25 and m["rollout/kept_groups"] == 0.5
     assert m["rollout/return"] == 0.25 and m["train/optimizer_steps"] == 1.0
@@ -51,3 +64,87 @@ def test_update_moves_logits_towards_the_success_and_skips_flat_groups(tmp_path)
     others[[10, 20]] = False
     assert bias[:, others].abs().max() < 1e-3
     assert module.policy.proj.weight.abs().max() == 0  # black images: no gradient there
+
+
+# ---- non-finite steps ------------------------------------------------------------------
+class NaNPolicy(LinearBinPolicy):
+    """Log-probs NaN on the chosen ``log_probs`` calls (0-based; None: every call)."""
+
+    def __init__(self, nan_calls=None):
+        super().__init__()
+        self.nan_calls, self.calls = nan_calls, 0
+
+    def log_probs(self, obs, tokens, temperature, return_entropy=False):
+        out, entropy = super().log_probs(obs, tokens, temperature, return_entropy=True)
+        if self.nan_calls is None or self.calls in self.nan_calls:
+            out = out + float("nan")  # still in the graph: its gradients are NaN too
+        self.calls += 1
+        return (out, entropy) if return_entropy else out
+
+
+class Snapshots(L.Callback):
+    """After every training step: weights, AdamW state, global step, the skip run."""
+
+    def __init__(self):
+        self.taken = []
+
+    def on_train_batch_end(self, trainer, module, *args):
+        self.taken.append({
+            "weights": copy.deepcopy(module.policy.state_dict()),
+            "adam": copy.deepcopy(trainer.optimizers[0].state_dict()["state"]),
+            "global_step": trainer.global_step, "run": module.nonfinite_run})
+
+
+def same_state(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].keys() == b[k].keys() and all(torch.equal(a[k][n], b[k][n]) for n in a[k])
+        for k in a)
+
+
+def test_adamw_step_without_gradients_leaves_weights_and_state_alone():
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([p], lr=0.1)
+    p.grad = torch.ones(3)
+    opt.step()
+    before, weights = copy.deepcopy(opt.state_dict()["state"]), p.detach().clone()
+    opt.zero_grad(set_to_none=True)
+    opt.step()  # what a skipped step does, so that Lightning still counts it
+    assert torch.equal(p.detach(), weights) and same_state(opt.state_dict()["state"], before)
+    assert before[0]["step"] == 1
+
+
+def test_nonfinite_step_is_skipped_and_a_good_one_resets_the_count(tmp_path):
+    """good, NaN log-probs, good: the NaN step changes nothing but the step count, and the
+    run ends where two good steps without it end."""
+    module, snaps = make_module(NaNPolicy(nan_calls={1})), Snapshots()
+    fit(module, [hand_batch(v) for v in range(3)], tmp_path, [snaps])
+    good, skipped, after = snaps.taken
+    assert good["adam"][0]["step"] == 1 and good["weights"]["bias"][0, 10] == pytest.approx(0.1, abs=1e-5)
+    assert same_state({"w": skipped["weights"]}, {"w": good["weights"]})
+    assert same_state(skipped["adam"], good["adam"])
+    assert [s["global_step"] for s in snaps.taken] == [1, 2, 3]  # as without the skip
+    assert [s["run"] for s in snaps.taken] == [0, 1, 0]
+    assert [m["train/nonfinite_steps"] for m in module.history] == [0.0, 1.0, 0.0]
+    assert all(m["train/optimizer_steps"] == 1.0 for m in module.history)
+    assert math.isfinite(module.history[1]["rollout/return"])
+    assert after["adam"][0]["step"] == 2 and module.policy_version == 3
+
+    reference = make_module()
+    fit(reference, [hand_batch(v) for v in range(2)], tmp_path)
+    for name, w in reference.policy.state_dict().items():
+        assert torch.allclose(after["weights"][name], w, atol=1e-7), name
+
+
+def test_nonfinite_steps_in_a_row_stop_the_run_naming_the_tensor(tmp_path):
+    module = make_module(NaNPolicy(), max_nonfinite_steps=2)
+    with pytest.raises(RuntimeError, match="2 optimizer steps in a row.*global step 2, policy "
+                                           "version 1: non-finite log-probs, loss, grad norm"
+                                           ".*algorithm.lr"):
+        fit(module, [hand_batch(v) for v in range(3)], tmp_path)
+    assert torch.equal(module.policy.bias, torch.zeros_like(module.policy.bias))
+    # the policy is fine, the batch's old log-probs are NaN: the loss is named, not log-probs
+    bad = hand_batch()
+    bad.logprobs[0] = float("nan")
+    with pytest.raises(RuntimeError, match="global step 1, policy version 0: non-finite loss, "
+                                           "grad norm\\)"):
+        fit(make_module(max_nonfinite_steps=1), [bad], tmp_path)

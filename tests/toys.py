@@ -10,6 +10,8 @@ on the image through one linear layer - just enough for GRPO to raise the succes
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -88,3 +90,26 @@ class ReachEnv:
         if self.t >= self.max_episode_steps:
             truncs[:, -1] = ~self.done
         return self._obs(), rewards, terms, truncs, {"success": self.success.clone()}
+
+
+class CrashingReachEnv(ReachEnv):
+    """ReachEnv whose process dies (``os._exit``, as an OOM kill ends it) in its
+    ``crash_at``-th ``chunk_step``. With a ``marker`` path only the first process to get there
+    dies (it creates the file atomically), so the restarted actor runs on; without one every
+    incarnation dies."""
+
+    def __init__(self, *args, crash_at: int = 3, marker: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.crash_at, self.marker, self.calls = crash_at, marker, 0
+
+    def chunk_step(self, actions):
+        self.calls += 1
+        if self.calls == self.crash_at:
+            if self.marker is None:
+                os._exit(1)
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+                os._exit(1)
+            except FileExistsError:
+                pass
+        return super().chunk_step(actions)

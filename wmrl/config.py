@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
+from wmrl import schema
+from wmrl.errors import ConfigError
+
+__all__ = ["ConfigError", "assets_dir", "build", "check_paths", "to_container", "validate"]
+
 ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
-
-
-class ConfigError(ValueError):
-    """Bad configuration: the message names the key and what to change."""
 
 
 def assets_dir(sub: str = "") -> str:
@@ -48,7 +50,18 @@ def build(spec: Any, **kwargs: Any) -> Any:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Fail early (before Ray or any model starts) with the key that is wrong."""
+    """Fail early (before Ray or any model starts) with the key that is wrong: the groups'
+    schemas (``wmrl.schema``: types, choices, ranges), then the checks across keys."""
+    schema.check(cfg)
+    for group in ("policy", "env"):
+        spec = cfg.get(group)
+        if not (OmegaConf.is_dict(spec) and "_target_" in spec):
+            raise ConfigError(f"{group}={spec!r} must be a config with a _target_ (choose "
+                              f"{group}=<a file of conf/{group}/> or '+{group}={{_target_: ...}}')")
+    max_steps = cfg.get("trainer", {}).get("max_steps", -1)
+    if not (isinstance(max_steps, int) and (max_steps >= 1 or max_steps == -1)):
+        raise ConfigError(f"trainer.max_steps={max_steps!r} is not allowed: an integer >= 1 "
+                          "(training steps = rollout batches)")
     r = cfg.rollout
     if r.num_envs % r.group_size != 0:
         raise ConfigError(
@@ -89,5 +102,74 @@ def validate(cfg: DictConfig) -> None:
             "through the strategy): set strategy.gradient_clip_norm=null (the module clips by "
             "the global norm) or algorithm.grad_clip=null"
         )
-    if cfg.get("ckpt_path") and not os.path.exists(cfg.ckpt_path):
-        raise ConfigError(f"ckpt_path={cfg.ckpt_path} does not exist: pass a saved .ckpt file")
+
+
+# (config key, what it must be) of the local paths models load from; null = not used
+MODEL_PATHS = (
+    ("policy.pretrained_path", "a save_pretrained policy directory (config.json + safetensors)"),
+    ("env.world_model.path", "a world-model directory (transformer/, vae/, action/)"),
+    ("env.initial_states", "an initial-states directory (initial_states.safetensors)"),
+    ("reward.checkpoint", "a reward checkpoint (directory or resnet_rm.pth)"),
+)
+
+
+def check_paths(cfg: DictConfig) -> None:
+    """Every model path and ``ckpt_path`` exists and has the right format, before anything
+    loads. A checkpoint must be a Lightning checkpoint, of the same policy config."""
+    for key, what in MODEL_PATHS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if isinstance(value, str) and not os.path.exists(value):
+            raise ConfigError(f"{key}={value} does not exist: point it at {what} on this "
+                              "machine (README: Pointing the configs at real checkpoints)")
+    if cfg.get("ckpt_path"):
+        check_checkpoint(cfg.ckpt_path, to_container(cfg.policy), "ckpt_path")
+
+
+def read_checkpoint_meta(path: str, key: str = "ckpt_path") -> dict:
+    """The checkpoint's bookkeeping (no tensor is read: memory-mapped): ``global_step`` and,
+    when it was written by wmrl, the resolved run config ``wmrl_config``."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"{key}={path} does not exist or is not a file: pass a saved .ckpt "
+                          "(<run_dir>/checkpoints/last.ckpt)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+        raise ConfigError(f"{key}={path} is not a Lightning checkpoint ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:120]}): pass a .ckpt that scripts/fit.py "
+                          "wrote") from None
+    if not isinstance(ckpt, dict) or not {"state_dict", "global_step"} <= set(ckpt):
+        raise ConfigError(f"{key}={path} is not a Lightning checkpoint (no state_dict / "
+                          "global_step): pass a .ckpt that scripts/fit.py wrote")
+    return {"global_step": ckpt["global_step"], "wmrl_config": ckpt.get("wmrl_config")}
+
+
+# policy keys that may differ between the run that trained a checkpoint and the one that loads
+# it: where the initial weights lay on that machine, kernels and memory switches
+HOW_TO_RUN_KEYS = ("pretrained_path", "fused_ops", "gradient_checkpointing")
+
+
+def policy_config_diff(saved: dict, given: dict, prefix: str = "policy") -> list[str]:
+    """``key: saved -> given`` for every leaf where two policy configs differ."""
+    out = []
+    for k in sorted(set(saved) | set(given)):
+        a, b = saved.get(k, "<unset>"), given.get(k, "<unset>")
+        if k in HOW_TO_RUN_KEYS and prefix == "policy":
+            continue  # how to load or run the policy, not which policy it is
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += policy_config_diff(a, b, f"{prefix}.{k}")
+        elif a != b:
+            out.append(f"{prefix}.{k}: {a!r} in the checkpoint, {b!r} given")
+    return out
+
+
+def check_checkpoint(path: str, policy: dict, key: str = "ckpt_path") -> dict:
+    """A Lightning checkpoint whose policy config (when recorded) is ``policy``."""
+    meta = read_checkpoint_meta(path, key)
+    saved = (meta["wmrl_config"] or {}).get("policy")
+    if saved is not None:
+        diff = policy_config_diff(saved, policy)
+        if diff:
+            raise ConfigError(f"{key}={path} was trained with another policy config ("
+                              + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "")
+                              + "): pass the policy=... overrides of the run that wrote it")
+    return meta

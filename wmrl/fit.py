@@ -6,14 +6,17 @@ import os
 import warnings
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from callbacks.checkpoint_io import AtomicCheckpointIO
+from callbacks.preemption import PREEMPTED_EXIT_CODE, StepCheckpoint
+from callbacks.resumable_loggers import run_id
+from callbacks.run_record import RunRecordCallback
 from callbacks.step_summary import StepSummaryCallback
 from callbacks.tracing import TracingCallback
 from callbacks.weight_sync import WeightSyncCallback
-from wmrl.config import build, to_container, validate
+from wmrl.config import build, check_paths, to_container, validate
 from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
 
@@ -39,19 +42,34 @@ def build_datamodule(cfg: DictConfig) -> RolloutDataModule:
                              **to_container(cfg.rollout))
 
 
+def build_checkpoint(cfg: DictConfig) -> StepCheckpoint:
+    c = cfg.checkpoint
+    return StepCheckpoint(cfg.run_dir, keep_last=c.keep_last, every_n_steps=c.every_n_steps)
+
+
+def build_logger(cfg: DictConfig):
+    """``id: null`` in a logger config (wandb) = the run dir's own id, so a resume into the
+    same run dir continues the same logger run."""
+    if not cfg.get("logger"):
+        return False
+    spec = to_container(cfg.logger)
+    if "id" in spec and spec["id"] is None:
+        spec["id"] = run_id(cfg.run_dir)
+    return build(spec)
+
+
 def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Trainer:
-    ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
     callbacks = [
         WeightSyncCallback(),
         StepSummaryCallback(),
-        ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=cfg.checkpoint.every_n_steps,
-                        save_last=True, save_top_k=cfg.checkpoint.save_top_k),
+        RunRecordCallback(to_container(cfg), cfg.run_dir),
+        build_checkpoint(cfg),
     ]
     if cfg.get("tracing", {}).get("enabled", False):
         callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])
-    logger = build(cfg.logger) if cfg.get("logger") else False
+    logger = build_logger(cfg)
     # a strategy config is a `_target_` spec or Lightning's name for one ({strategy: auto})
     strategy = build(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.strategy
     trainer_kw = {"default_root_dir": cfg.run_dir, **to_container(cfg.trainer)}  # sim_eval/ etc.
@@ -60,11 +78,21 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
 
 
 def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer, GRPOModule]:
+    """Train; on SIGTERM (preemption) ``last.ckpt`` holds the last finished step, the resume
+    command is printed (``callbacks.preemption.StepCheckpoint``), the rollout actors stop and
+    ``SIGTERMException`` (a ``SystemExit``) with code ``PREEMPTED_EXIT_CODE`` = 143 ends the
+    process: non-zero, so nothing chained after the fit takes the run for finished."""
     validate(cfg)  # before Ray or any model starts
+    check_paths(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)  # first: its config checks are cheap, the policy is not
     module = build_module(cfg)
     trainer = build_trainer(cfg, extra_callbacks)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path,
-                weights_only=True)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+    except BaseException as err:
+        if not trainer.received_sigterm:
+            raise
+        datamodule.teardown()  # Lightning tears down only the trainer after an exception
+        raise SIGTERMException(PREEMPTED_EXIT_CODE) from err
     return trainer, module

@@ -13,6 +13,10 @@ made with the current weights) ->
 
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
 
+An optimizer step whose log-probs, loss or grad norm is NaN/Inf is skipped (weights and AdamW
+state untouched, counted in ``train/nonfinite_steps``); ``max_nonfinite_steps`` in a row stop
+the run with a ``RuntimeError``.
+
 The rollout happens inside ``training_step`` (after Lightning's ``on_train_batch_start``), so
 callbacks that define ``on_rollout_end(trainer, module)`` are called once the batch is made
 (``PhaseOffloadCallback`` brings the trainer's state back onto the device then).
@@ -64,6 +68,7 @@ class GRPOModule(L.LightningModule):
         update_epochs: int = 1,
         gradient_accumulation: bool = True,
         seed: int = 0,
+        max_nonfinite_steps: int = 3,
     ):
         super().__init__()
         self.policy = build(policy)
@@ -80,6 +85,8 @@ class GRPOModule(L.LightningModule):
         self.update_epochs = update_epochs
         self.gradient_accumulation = gradient_accumulation
         self.shuffle = torch.Generator().manual_seed(seed)
+        self.max_nonfinite_steps = max_nonfinite_steps
+        self.nonfinite_run = 0  # skipped optimizer steps in a row, across training steps
         self.policy_version = 0  # bumped after each batch's updates; rollouts must match it
         self.automatic_optimization = False
         self.history: list[dict[str, float]] = []  # per-step metrics of this run
@@ -210,23 +217,35 @@ class GRPOModule(L.LightningModule):
         # per metric per micro-batch
         zero = torch.zeros((), device=self.device)
         token_sums: dict[str, torch.Tensor] = {}  # summed over valid tokens
-        valid, loss_sum, norm_sum, ratio_max, steps = zero, zero, zero, zero, 0
+        valid, loss_sum, norm_sum, ratio_max, steps, skipped = zero, zero, zero, zero, 0, 0
         for _ in range(self.update_epochs):
             order = torch.randperm(total, generator=self.shuffle)
             for mb in torch.tensor_split(order, max(1, math.ceil(total / step))):
                 scale = total / len(mb)  # mini-batch loss estimates the full-batch loss
+                # this step's sums, kept only if it is taken; flags: non-finite log-probs, loss
+                part: dict[str, torch.Tensor] = {"valid": zero, "loss": zero, "ratio_max": zero}
+                bad = torch.zeros(2, dtype=torch.bool, device=self.device)
                 for micro in torch.split(mb, self.micro_batch):
                     with Tracer.trace_span("trainer.micro_batch", size=len(micro)):
-                        loss, m, n_valid = self._micro_loss(s, micro, scale)
+                        loss, m, n_valid, logprobs_ok = self._micro_loss(s, micro, scale)
                         self.manual_backward(loss)
-                    loss_sum = loss_sum + loss.detach()
-                    ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
+                    bad = bad | torch.stack([~logprobs_ok, ~torch.isfinite(loss.detach())])
+                    part["loss"] = part["loss"] + loss.detach()
+                    part["ratio_max"] = torch.maximum(part["ratio_max"], m.pop("ratio_max"))
                     for key, v in m.items():
-                        token_sums[key] = token_sums.get(key, zero) + v * n_valid
-                    valid = valid + n_valid
+                        part[key] = part.get(key, zero) + v * n_valid
+                    part["valid"] = part["valid"] + n_valid
                 with Tracer.trace_span("trainer.optimizer_step"):
-                    norm_sum = norm_sum + self._clip_and_step(opt)
+                    norm = self._clip_and_step(opt, bad)
                 steps += 1
+                if norm is None:
+                    skipped += 1
+                    continue
+                valid, loss_sum = valid + part.pop("valid"), loss_sum + part.pop("loss")
+                ratio_max = torch.maximum(ratio_max, part.pop("ratio_max"))
+                norm_sum = norm_sum + norm
+                for key, v in part.items():
+                    token_sums[key] = token_sums.get(key, zero) + v
         world = self.trainer.world_size
         if world > 1:
             # every rank's loss is R x its share of the union's loss (see update): the mean
@@ -237,14 +256,17 @@ class GRPOModule(L.LightningModule):
             valid, loss_sum = sums[-2], sums[-1]
             ratio_max = self.trainer.strategy.reduce(ratio_max, reduce_op="max")
         names = list(token_sums) + ["loss", "grad_norm", "ratio_max"]
+        taken = max(1, steps - skipped)  # the metrics are those of the steps taken
         values = torch.stack([v / valid.clamp(min=1) for v in token_sums.values()]
-                             + [loss_sum / steps, norm_sum / steps, ratio_max]).tolist()
+                             + [loss_sum / taken, norm_sum / taken, ratio_max]).tolist()
         out = {f"train/{k}": v for k, v in zip(names, values)}
         out["train/optimizer_steps"] = float(steps)
+        out["train/nonfinite_steps"] = float(skipped)
         return out
 
     def _micro_loss(self, s: dict[str, Any], idx: torch.Tensor, scale: float):
-        """-> (loss, metrics as 0-d device tensors, number of valid tokens)."""
+        """-> (loss, metrics as 0-d device tensors, number of valid tokens, whether all
+        log-probs are finite as a 0-d bool tensor)."""
         dev = self.device
         obs = {"image": s["image"][idx].to(dev), "task": [s["task"][i] for i in idx.tolist()]}
         tokens = s["tokens"][idx].to(dev)
@@ -258,25 +280,49 @@ class GRPOModule(L.LightningModule):
         )
         n_valid = mask.sum().float()
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
-        return loss, m, n_valid
+        return loss, m, n_valid, torch.isfinite(logprobs.detach()).all()
 
-    def _clip_and_step(self, opt: Any) -> torch.Tensor:
-        """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor.
+    def _clip_and_step(self, opt: Any, bad: torch.Tensor) -> torch.Tensor | None:
+        """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor, or None if
+        the step was skipped: ``bad`` = [non-finite log-probs, loss] of its micro-batches.
 
         The only gradient clipping of a run (``grad_clip``; None = measure, don't clip). The
         norm is global: the gradients are already averaged over ranks here (DDP all-reduce,
         FSDP2 reduce-scatter), and under FSDP2 they are DTensor shards whose norm torch
-        reduces over the mesh, so every rank scales by the same union-batch norm."""
+        reduces over the mesh, so every rank scales by the same union-batch norm.
+
+        A step with a non-finite log-prob, loss (on any rank) or grad norm is skipped: the
+        gradients are dropped and ``opt.step()`` runs with none, which AdamW skips without
+        touching weights or state, so Lightning's step count still follows the steps. One
+        host sync per step decides it; ``max_nonfinite_steps`` skips in a row raise."""
         params = [p for p in self.policy.parameters() if p.grad is not None]
         max_norm = float("inf") if self.grad_clip is None else self.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else None
-        opt.step()
-        opt.zero_grad(set_to_none=True)
         if norm is None:
-            return torch.zeros((), device=self.device)
+            norm = torch.zeros((), device=self.device)
         if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
             norm = norm.full_tensor()
-        return norm.detach().float()
+        norm = norm.detach().float()
+        flags = torch.cat([bad, ~torch.isfinite(norm)[None]]).float()
+        if self.trainer.world_size > 1:  # the same decision on every rank
+            flags = self.trainer.strategy.reduce(flags, reduce_op="max")
+        flags = flags.tolist()  # the step's one host sync
+        if not any(flags):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.nonfinite_run = 0
+            return norm
+        opt.zero_grad(set_to_none=True)
+        opt.step()  # no gradients: a no-op that Lightning still counts
+        self.nonfinite_run += 1
+        if self.nonfinite_run >= self.max_nonfinite_steps:
+            what = ", ".join(n for n, f in zip(("log-probs", "loss", "grad norm"), flags) if f)
+            raise RuntimeError(
+                f"{self.nonfinite_run} optimizer steps in a row were non-finite (last one, at "
+                f"global step {self.trainer.global_step}, policy version {self.policy_version}: "
+                f"non-finite {what}); every one was skipped. Lower algorithm.lr (or "
+                f"algorithm.grad_clip), and check the checkpoint / policy weights for NaN/Inf.")
+        return None
 
     # ---- checkpoint extras -----------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

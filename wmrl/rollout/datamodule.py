@@ -23,8 +23,9 @@ import lightning as L
 import ray
 import torch
 
+from strategies import full_state_dict
 from wmrl.config import ConfigError, to_container
-from wmrl.interfaces import TrajectoryBatch
+from wmrl.interfaces import PolicyTrainer, TrajectoryBatch
 from wmrl.rollout import placement as place
 from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
 from wmrl.rollout.sync_group import SyncGroup, free_port
@@ -58,6 +59,8 @@ class RolloutDataModule(L.LightningDataModule):
         ray_address: str | None = None,
         ray_num_cpus: int | None = None,
         actor_start_timeout_s: float = 600.0,
+        step_timeout_s: float | None = 3600.0,
+        max_actor_restarts: int = 3,
         weight_sync: dict | None = None,
         tracing: bool = False,
         seed: int = 0,
@@ -100,6 +103,11 @@ class RolloutDataModule(L.LightningDataModule):
         self.ray_address = ray_address
         self.ray_num_cpus = ray_num_cpus
         self.actor_start_timeout_s = actor_start_timeout_s
+        self.step_timeout_s = step_timeout_s
+        self.max_actor_restarts = max_actor_restarts
+        self.actor_restarts = 0  # actor deaths recovered from in this run
+        self.synced_version: int | None = None  # the version every policy actor holds
+        self._actor_names: dict[str, str] = {}  # Ray actor id -> env-0, policy-0, ...
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
         self.plan: RolloutPlan | None = None
@@ -192,11 +200,15 @@ class RolloutDataModule(L.LightningDataModule):
         policy = dict(policy=self.policy_cfg, zero_copy_weights=self.zero_copy_weights)
         actors: dict[str, list] = {}
         for opts, n, role in roles.values():
-            actor = ray.remote(RolloutActor).options(**opts)
+            # a dead actor process (OOM kill, lost node) is restarted by Ray in the same
+            # placement, with the same arguments; next_batch re-syncs it and re-runs the step
+            actor = ray.remote(RolloutActor).options(**opts, max_restarts=self.max_actor_restarts)
             kw = {"env": dict(env=env), "policy": policy,
                   "collocated": dict(env=env, **policy,
                                      shared_device=place.shared_card(self.trainer_device))}[role]
             actors[role] = [actor.remote(**kw, **common, name=f"{role}-{i}") for i in range(n)]
+            self._actor_names.update({a._actor_id.hex(): f"{role}-{i}"
+                                      for i, a in enumerate(actors[role])})
         if self.placement == "collocated":
             both = actors["collocated"]
             return RolloutPlan(both, both, self.stages, collocated=True)
@@ -242,13 +254,28 @@ class RolloutDataModule(L.LightningDataModule):
 
     def next_batch(self) -> TrajectoryBatch:
         start = time.time()
-        batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
-                                 self.rollout_epochs, seed=self.seed * 100_003 + self.rollout_step)
-        if self.plan.collocated:  # free the device for the trainer's update
-            ray.get([a.rest.remote() for a in self.plan.actors])
+        seed = self.seed * 100_003 + self.rollout_step
+        failures = 0
+        while True:
+            try:
+                batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
+                                         self.rollout_epochs, seed, self.step_timeout_s)
+                if self.plan.collocated:  # free the device for the trainer's update
+                    ray.get([a.rest.remote() for a in self.plan.actors],
+                            timeout=self.step_timeout_s)
+                break
+            except ray.exceptions.RayActorError as err:
+                failures += 1
+                if failures > self.max_actor_restarts:
+                    raise RuntimeError(
+                        f"rollout step {self.rollout_step}: a rollout actor died {failures} "
+                        f"times (rollout.max_actor_restarts={self.max_actor_restarts}); last: "
+                        f"{self._describe(err)}") from None
+                self._recover(err)  # then the same seed makes the same batch
         end = time.time()
         self.rollout_step += 1
-        records = ray.get([a.pop_step_record.remote() for a in self.plan.actors])
+        records = ray.get([a.pop_step_record.remote() for a in self.plan.actors],
+                          timeout=self.step_timeout_s)
         busy = [iv for intervals, _, _ in records for iv in intervals]
         self._trace_events += [ev for _, events, _ in records for ev in events]
         self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end),
@@ -264,12 +291,84 @@ class RolloutDataModule(L.LightningDataModule):
         events, self._trace_events = self._trace_events, []
         return events
 
+    def _await_restart(self, err: Exception, during: str) -> None:
+        """An actor died: wait for Ray to restart it (same role, config and placement) and
+        re-form the weight-sync group it was in."""
+        self.actor_restarts += 1
+        log.warning("%s during %s; waiting for Ray to restart it (%d so far)",
+                    self._describe(err), during, self.actor_restarts)
+        deadline = time.monotonic() + self.actor_start_timeout_s
+        while True:  # "unavailable" while Ray restarts it; "died" once it gave up
+            try:
+                ray.get([a.ready.remote() for a in self.plan.actors],
+                        timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{self._describe(err)} and was not back within rollout."
+                        f"actor_start_timeout_s={self.actor_start_timeout_s}") from None
+                time.sleep(0.2)
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(
+                    f"{self._describe(err)} and was not back within rollout."
+                    f"actor_start_timeout_s={self.actor_start_timeout_s}") from None
+            except ray.exceptions.RayActorError as dead:
+                raise RuntimeError(f"{self._describe(dead)} and could not be restarted "
+                                   f"(first: {self._describe(err)})") from None
+        if self.sender.transport not in ("cpu", "ipc"):
+            self._connect_sync_group()  # the new process is in no group yet
+        self.sender.reset()  # a restarted actor holds no delta base: the next sync is full
+
+    def _describe(self, err: Exception) -> str:
+        """Which actor died and its error's first line."""
+        actor_id = getattr(err, "actor_id", None)
+        name = self._actor_names.get(actor_id.hex() if hasattr(actor_id, "hex") else
+                                     str(actor_id), "a rollout actor")
+        return f"actor {name} died ({_first_line(err)})"
+
+    def _recover(self, err: Exception) -> None:
+        """After an actor died mid-rollout: restart it and bring every policy actor back to
+        the weight version the rollout was made with (the trainer's current weights: the
+        update comes after the rollout)."""
+        self._await_restart(err, f"rollout step {self.rollout_step}")
+        if self.synced_version is None:
+            return  # nothing synced yet: on_train_start's sync comes next
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if not isinstance(module, PolicyTrainer):
+            raise RuntimeError("a rollout actor was restarted but no trainer module holds the "
+                               "weights to re-sync it") from None
+        if module.trainer.world_size > 1 and any(hasattr(p, "full_tensor")
+                                                 for p in module.policy.parameters()):
+            raise RuntimeError(
+                "a rollout actor was restarted, but re-syncing sharded (FSDP) weights needs "
+                "every trainer rank: resume from <run_dir>/checkpoints/last.ckpt") from None
+        self.sync_weights(full_state_dict(module.policy), self.synced_version)
+
     # ---- weight sync -----------------------------------------------------------------
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Send the trainer's weights to every policy actor as ``version``; returns seconds."""
         t0 = time.perf_counter()
+        for failures in range(self.max_actor_restarts + 1):
+            try:
+                self._push(state_dict, version)
+                break
+            except ray.exceptions.RayActorError as err:
+                if failures == self.max_actor_restarts:
+                    raise RuntimeError(
+                        f"weight sync v{version}: a rollout actor died {failures + 1} times "
+                        f"(rollout.max_actor_restarts={self.max_actor_restarts}); last: "
+                        f"{self._describe(err)}") from None
+                self._await_restart(err, f"weight sync v{version}")
+        self.synced_version = version
+        return time.perf_counter() - t0
+
+    def _push(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         try:
-            push_weights(self.sender, state_dict, version, self.rollout_workers)
+            push_weights(self.sender, state_dict, version, self.rollout_workers,
+                         timeout_s=self.step_timeout_s)
+        except ray.exceptions.RayActorError:
+            raise
         except (ray.exceptions.RayTaskError, RuntimeError) as err:
             if self.sender.transport != "ipc":
                 raise
@@ -277,8 +376,13 @@ class RolloutDataModule(L.LightningDataModule):
             log.warning("CUDA IPC weight sync failed (%s); falling back to the Ray object "
                         "store", str(err).splitlines()[0])
             self.sender.use_store()
-            push_weights(self.sender, state_dict, version, self.rollout_workers)
-        return time.perf_counter() - t0
+            push_weights(self.sender, state_dict, version, self.rollout_workers,
+                         timeout_s=self.step_timeout_s)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
 class _RolloutStream:

@@ -19,6 +19,7 @@ a :class:`wmrl.interfaces.TrajectoryBatch` of numpy arrays (layout in its docstr
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +48,15 @@ def call_seed(seed: int, epoch: int, actor: int, stage: int, chunk: int) -> int:
     return ((((seed * 1009 + epoch) * 1013 + actor) * 1019 + stage) * 1021 + chunk) % (2**31 - 1)
 
 
+class RolloutTimeout(RuntimeError):
+    """A rollout step did not finish within its deadline."""
+
+
 def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
-                     seed: int) -> TrajectoryBatch:
-    """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks."""
+                     seed: int, timeout_s: float | None = None) -> TrajectoryBatch:
+    """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks; the records
+    must arrive within ``timeout_s`` (None: wait forever). A dead actor raises Ray's
+    ``RayActorError``; the same ``seed`` re-runs the same step."""
     pending = []  # per (epoch, env actor, stage): (sample record refs, step record refs)
     for epoch in range(epochs):
         streams = []
@@ -68,7 +75,19 @@ def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epo
                 steps.append(step)
                 streams[i] = (j, s, env, policy, obs, samples, steps)
         pending.extend((samples, steps) for *_, samples, steps in streams)
-    parts = [assemble(ray.get(samples), ray.get(steps)) for samples, steps in pending]
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    parts = []
+    for i, (samples, steps) in enumerate(pending):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            records = ray.get(samples + steps, timeout=left)
+        except ray.exceptions.GetTimeoutError:
+            raise RolloutTimeout(
+                f"rollout step (seed {seed}) did not finish within rollout.step_timeout_s="
+                f"{timeout_s}: still waiting for the {num_chunks} sample + chunk_step records "
+                f"of env stream {i} of {len(pending)} (an actor hangs or the cluster is "
+                "overloaded; raise rollout.step_timeout_s for slower models)") from None
+        parts.append(assemble(records[:len(samples)], records[len(samples):]))
     return concat(parts)
 
 

@@ -31,6 +31,8 @@ from wmrl.rollout.sync_group import SyncGroup
 from wmrl.rollout.weight_sync import SyncPayload, WeightReceiver
 from wmrl.tracing import Tracer
 
+MAX_REDRAWS = 3  # re-draws of a sample with non-finite log-probs before giving up
+
 
 def to_numpy_obs(obs: dict) -> dict:
     image = obs["image"]
@@ -228,8 +230,7 @@ class RolloutActor:
         self.generator.manual_seed(seed)
         with self.weights.reading() as version, Tracer.trace_span("policy.sample", stage=stage):
             # (holding the weights: no sync lands mid-sample)
-            out = self.policy.sample(to_torch_obs(obs, self.device), temperature,
-                                     self.generator)
+            out = self._finite_sample(to_torch_obs(obs, self.device), temperature, version)
         record = {
             "image": to_numpy_obs(obs)["image"],  # for the trainer: device -> host once
             "task": list(obs["task"]),
@@ -243,6 +244,19 @@ class RolloutActor:
             self.last_actions[stage] = actions if self.env_on_device else actions.cpu()
             return None, record
         return out.actions.float().cpu().numpy(), record
+
+    def _finite_sample(self, obs: dict, temperature: float, version: int) -> Any:
+        """``policy.sample`` whose log-probs are all finite: a non-finite draw (a rare
+        overflow) is re-drawn - the generator has advanced - up to ``MAX_REDRAWS`` times;
+        one host sync per draw."""
+        for _ in range(1 + MAX_REDRAWS):
+            out = self.policy.sample(obs, temperature, self.generator)
+            if torch.isfinite(out.logprobs).all():
+                return out
+        raise RuntimeError(
+            f"{self.name}: policy version {version} sampled non-finite log-probs "
+            f"{1 + MAX_REDRAWS} times in a row: the policy's logits are NaN/Inf (check the "
+            f"synced weights / the checkpoint)")
 
     # ---- weights -----------------------------------------------------------------------
     def join_sync_group(self, host: str, port: int, rank: int, size: int,

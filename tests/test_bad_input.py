@@ -1,0 +1,111 @@
+"""Every bad setting is refused before Ray or any model starts, in one line that names the key,
+the value and what is allowed (``wmrl.schema`` + ``wmrl.config``), and ``scripts/fit.py`` turns
+it into exit code 2 without a traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from omegaconf import OmegaConf
+from test_config import fit_cfg
+
+from wmrl.config import ConfigError, check_paths, validate
+from wmrl.fit import build_datamodule
+
+# (overrides, what the one-line message must say)
+BAD = [
+    (["algorithm.aggregation=mean"],
+     r"algorithm.aggregation: Invalid value 'mean', expected one of \[traj-mean, token-mean, "
+     r"seq-mean-token-sum\]"),
+    (["algorithm.advantage_scale=std"], r"algorithm.advantage_scale: .*'std'.*\[group, none\]"),
+    (["rollout.temperature=0"], r"rollout.temperature=0.0 is not allowed: must be > 0"),
+    (["rollout.num_envs=8.5"], r"rollout.num_envs: Value '8.5' .* could not be converted to Int"),
+    (["rollout.num_envs=-8"], r"rollout.num_envs=-8 is not allowed: must be > 0"),
+    (["algorithm.lr=-1e-4"], r"algorithm.lr=-0.0001 is not allowed: must be > 0"),
+    (["rollout.group_size=1", "rollout.num_envs=8"],
+     r"rollout.group_size=1 is not allowed: GRPO needs a group of >= 2"),
+    (["rollout.placement=spread"], r"rollout.placement: .*'spread'.*collocated, disaggregated"),
+    (["rollout.weight_sync.transport=nccl"], r"rollout.weight_sync.transport: .*'nccl'.*device"),
+    (["rollout.device=tpu"], r"rollout.device: .*'tpu'.*auto, cpu, cuda, npu, musa, xpu"),
+    (["rollout.num_envs=60"], r"rollout.num_envs=60 is not divisible by rollout.group_size=8"),
+    (["algorithm.global_batch=500"], r"algorithm.global_batch=500 is not divisible by "
+                                     r"algorithm.micro_batch=32"),
+    (["rollout.max_episode_steps=60"], r"rollout.max_episode_steps=60 must be a multiple of "
+                                       r"rollout.chunk=8"),
+    (["rollout.placement=hybrid"], r"set rollout.pipeline_stages >= 2"),
+    (["trainer.max_steps=0"], r"trainer.max_steps=0 is not allowed: an integer >= 1"),
+    (["algorithm.betas=[0.9,1.5]"], r"algorithm.betas\[1\]=1.5 is not allowed: must be in \[0, 1\)"),
+    (["checkpoint.keep_last=-2"], r"checkpoint.keep_last=-2 is not allowed: the number of step"),
+    (["rollout.max_actor_restarts=-1"], r"rollout.max_actor_restarts=-1 is not allowed"),
+    (["+env.num_envs=8"], r"env.num_envs=8 conflicts with the rollout's 64 per env worker"),
+    (["policy.pretrained_path=/nope/policy"],
+     r"policy.pretrained_path=/nope/policy does not exist: point it at a save_pretrained"),
+    (["env.world_model.path=/nope/wm"], r"env.world_model.path=/nope/wm does not exist"),
+    (["env.initial_states=/nope/states"], r"env.initial_states=/nope/states does not exist"),
+    (["reward.checkpoint=/nope/rm.pth"], r"reward.checkpoint=/nope/rm.pth does not exist"),
+    (["ckpt_path=/nope.ckpt"], r"ckpt_path=/nope.ckpt does not exist or is not a file"),
+]
+
+
+def refuse(cfg) -> str:
+    """What fit does before Ray or any model starts (validate, paths, the DataModule's own
+    checks); returns the error line."""
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+        check_paths(cfg)
+        build_datamodule(cfg)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_setting_is_refused_in_one_line(overrides, message):
+    import re
+
+    line = refuse(fit_cfg(*overrides))
+    assert re.search(message, line), line
+    assert "\n" not in line
+
+
+def test_good_defaults_pass():
+    for over in ([], ["experiment=smoke"], ["experiment=sim_oracle"]):
+        cfg = fit_cfg(*over)
+        validate(cfg)
+        check_paths(cfg)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
+    junk = tmp_path / "last.ckpt"
+    junk.write_text("not a checkpoint")
+    line = refuse(fit_cfg(f"ckpt_path={junk}"))
+    assert f"ckpt_path={junk} is not a Lightning checkpoint" in line
+    plain = tmp_path / "weights.pt"
+    torch.save({"weight": torch.zeros(2)}, plain)  # a torch file, but no Lightning state
+    assert "no state_dict / global_step" in refuse(fit_cfg(f"ckpt_path={plain}"))
+
+
+def test_a_checkpoint_of_another_policy_config_is_named(tmp_path):
+    cfg = fit_cfg()
+    ckpt = tmp_path / "other.ckpt"
+    policy = dict(OmegaConf.to_container(cfg.policy, resolve=True), unnorm_key="libero")
+    torch.save({"state_dict": {}, "global_step": 3, "wmrl_config": {"policy": policy}}, ckpt)
+    line = refuse(fit_cfg(f"ckpt_path={ckpt}"))
+    assert "was trained with another policy config" in line
+    assert line.endswith("(policy.unnorm_key: 'libero' in the checkpoint, 'tabletop' given): "
+                         "pass the policy=... overrides of the run that wrote it")
+    assert cfg.policy.unnorm_key == "tabletop"
+
+
+@pytest.mark.slow
+def test_fit_script_exits_2_with_one_line_and_no_traceback():
+    env = dict(os.environ, HYDRA_FULL_ERROR="0")
+    env.pop("WMRL_FULL_ERROR", None)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fit.py"),
+                           "rollout.group_size=1", "rollout.num_envs=8"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("config error: rollout.group_size=1 is not allowed"), lines
+    assert "Traceback" not in proc.stderr and "ray" not in proc.stdout.lower()

@@ -1,0 +1,172 @@
+"""Typed schemas of the fit config's groups (Hydra structured configs): types, choices and
+ranges, checked before Ray or any model starts.
+
+``check(cfg)`` merges each composed group into its dataclass with OmegaConf (types and
+choices: wrong type, unknown key, value outside an enum) and builds the dataclass
+(``__post_init__``: ranges). Every failure becomes one ``ConfigError`` line naming the full
+key, the value and what is allowed. The dataclasses are also in Hydra's ConfigStore
+(``schema/rollout``, ``schema/algorithm``, ``schema/checkpoint``) for projects that compose
+them themselves. Models (``policy``, ``env``, ``reward``) are ``_target_`` specs with their own
+keyword arguments: their keys are checked by the constructors, their paths by
+``wmrl.config.check_paths``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from wmrl.errors import ConfigError
+
+
+def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """An Enum whose member names are the config strings (OmegaConf matches by name)."""
+    return Enum(name, {v: v for v in values})
+
+
+Placement = _choices("Placement", ("collocated", "disaggregated", "hybrid"))
+RolloutDevice = _choices("RolloutDevice", ("auto", "cpu", "cuda", "npu", "musa", "xpu"))
+Transport = _choices("Transport", ("cpu", "gloo", "device"))
+Aggregation = _choices("Aggregation", ("traj-mean", "token-mean", "seq-mean-token-sum"))
+AdvantageScale = _choices("AdvantageScale", ("group", "none"))
+
+
+def _require(key: str, value: Any, ok: bool, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _positive(prefix: str, obj: Any, *names: str, allow_zero: bool = False) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is None:
+            continue
+        ok = value >= 0 if allow_zero else value > 0
+        _require(f"{prefix}.{name}", value, ok, "must be >= 0" if allow_zero else "must be > 0")
+
+
+@dataclass
+class WeightSyncSchema:
+    bucket_mb: float = 256.0
+    delta: bool = False
+    transport: Transport = Transport["cpu"]
+    zero_copy: bool = True
+    max_delta_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("rollout.weight_sync", self, "bucket_mb", "max_delta_fraction")
+
+
+@dataclass
+class RolloutSchema:
+    num_envs: int = 32
+    group_size: int = 8
+    rollout_epochs: int = 1
+    max_episode_steps: int = 64
+    chunk: int = 8
+    temperature: float = 1.6
+    placement: Placement = Placement["disaggregated"]
+    pipeline_stages: int = 1
+    num_env_workers: int = 1
+    num_rollout_workers: int = 1
+    worker_cpus: float = 0.5
+    device: RolloutDevice = RolloutDevice["auto"]
+    env_resources: Optional[Dict[str, float]] = None
+    policy_resources: Optional[Dict[str, float]] = None
+    worker_threads: Optional[int] = 1
+    ray_address: Optional[str] = None
+    ray_num_cpus: Optional[int] = None
+    actor_start_timeout_s: float = 600.0
+    step_timeout_s: float = 3600.0
+    max_actor_restarts: int = 3
+    compute_on_cpu: bool = False
+    weight_sync: WeightSyncSchema = field(default_factory=WeightSyncSchema)
+
+    def __post_init__(self) -> None:
+        _positive("rollout", self, "num_envs", "rollout_epochs", "max_episode_steps", "chunk",
+                  "temperature", "pipeline_stages", "num_env_workers", "num_rollout_workers",
+                  "worker_threads", "ray_num_cpus", "actor_start_timeout_s", "step_timeout_s")
+        _positive("rollout", self, "worker_cpus", "max_actor_restarts", allow_zero=True)
+        _require("rollout.group_size", self.group_size, self.group_size >= 2,
+                 "GRPO needs a group of >= 2 rollouts per initial state (with 1 every "
+                 "advantage is zero and nothing is learned)")
+
+
+@dataclass
+class AlgorithmSchema:
+    lr: float = 2e-5
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-5
+    weight_decay: float = 0.01
+    grad_clip: Optional[float] = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: Optional[float] = None
+    aggregation: Aggregation = Aggregation["traj-mean"]
+    advantage_scale: AdvantageScale = AdvantageScale["group"]
+    filter_groups: bool = True
+    global_batch: int = 256
+    micro_batch: int = 32
+    update_epochs: int = 1
+    gradient_accumulation: bool = True
+    max_nonfinite_steps: int = 3
+
+    def __post_init__(self) -> None:
+        _positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch", "micro_batch",
+                  "update_epochs", "max_nonfinite_steps")
+        _positive("algorithm", self, "weight_decay", "clip_low", "clip_high", allow_zero=True)
+        for i, b in enumerate(self.betas):
+            _require(f"algorithm.betas[{i}]", b, 0 <= b < 1, "must be in [0, 1)")
+        if self.dual_clip is not None:
+            _require("algorithm.dual_clip", self.dual_clip, self.dual_clip > 1,
+                     "must be > 1 (the dual-clip bound c of min(max(rA, clip(r)A), cA)) or null")
+
+
+@dataclass
+class CheckpointSchema:
+    every_n_steps: int = 1
+    keep_last: int = 3
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint", self, "every_n_steps")
+        _require("checkpoint.keep_last", self.keep_last, self.keep_last >= -1,
+                 "the number of step checkpoints kept beside last.ckpt (0: none, -1: all)")
+
+
+SCHEMAS = {"rollout": RolloutSchema, "algorithm": AlgorithmSchema,
+           "checkpoint": CheckpointSchema}
+
+_store = ConfigStore.instance()
+for _name, _schema in SCHEMAS.items():
+    _store.store(group="schema", name=_name, node=_schema)
+
+
+def _first_line(err: OmegaConfBaseException) -> str:
+    return str(getattr(err, "msg", None) or err).strip().splitlines()[0]
+
+
+def check_group(group: str, values: Any) -> None:
+    """Types, choices and ranges of one group (a DictConfig or dict); raises ConfigError."""
+    schema = SCHEMAS[group]
+    plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) \
+        else values
+    if not isinstance(plain, dict):
+        raise ConfigError(f"{group} must be a mapping of keys, got {plain!r}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
+        OmegaConf.to_object(merged)  # runs __post_init__: the range checks
+    except OmegaConfBaseException as err:
+        key = f"{group}.{err.full_key}" if getattr(err, "full_key", None) else group
+        raise ConfigError(f"{key}: {_first_line(err)}") from None
+
+
+def check(cfg: Any) -> None:
+    """Every schema'd group present in ``cfg``."""
+    for group in SCHEMAS:
+        if cfg.get(group) is not None:
+            check_group(group, cfg[group])
