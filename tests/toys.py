@@ -113,3 +113,24 @@ class CrashingReachEnv(ReachEnv):
             except FileExistsError:
                 pass
         return super().chunk_step(actions)
+
+
+def expert_actions(task: str, state_id: int, n: int):
+    """The clean scripted expert's actions on the tabletop eval state ``state_id`` of ``task``
+    (its episode ends on success), zero-padded to ``n`` [n, 7]: replayed open loop, in chunks
+    or not, they retrace the same episode."""
+    import numpy as np
+
+    from wmrl.sim.expert import ScriptedExpert
+    from wmrl.sim.tabletop import TabletopEnv
+
+    e = TabletopEnv(render=False, max_episode_steps=n)
+    obs, _ = e.reset(options={"task": task, "state_id": state_id})
+    expert = ScriptedExpert()
+    expert.reset(1, seed=0)
+    acts, done = [], False
+    while not done:
+        acts.append(expert.act(obs)[0])
+        obs, _, term, trunc, _ = e.step(acts[-1])
+        done = term or trunc
+    return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])

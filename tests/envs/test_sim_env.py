@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from toys import expert_actions
 
 from wmrl.envs.sim_env import TabletopSimEnv
 from wmrl.sim.expert import ScriptedExpert
@@ -52,23 +53,6 @@ def test_bad_config_is_named():
     env.close()
 
 
-def _expert_actions(state_id: int, n: int) -> np.ndarray:
-    """The clean expert's actions on red_on_plate eval state ``state_id`` (ends on success),
-    zero-padded to ``n``: replayed open loop in chunks they retrace the same episode."""
-    from wmrl.sim.tabletop import TabletopEnv
-
-    e = TabletopEnv(render=False, max_episode_steps=n)
-    obs, _ = e.reset(options={"task": "red_on_plate", "state_id": state_id})
-    expert = ScriptedExpert()
-    expert.reset(1, seed=0)
-    acts, done = [], False
-    while not done:
-        acts.append(expert.act(obs)[0])
-        obs, _, term, trunc, _ = e.step(acts[-1])
-        done = term or trunc
-    return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
-
-
 def test_skip_intermediate_renders_changes_nothing_the_contract_returns(monkeypatch):
     """skip_intermediate_renders (the default) vs rendering every control step: bit-identical
     observations, rewards, done flags and success over whole episodes (success mid-chunk,
@@ -85,8 +69,8 @@ def test_skip_intermediate_renders_changes_nothing_the_contract_returns(monkeypa
     monkeypatch.setattr(TabletopEnv, "render", counted)
     rng = np.random.default_rng(0)
     # envs: state 3 (expert: success at step 23), 3 (random), 1 (expert: step 24), 1 (random)
-    acts = torch.from_numpy(np.stack([_expert_actions(3, 32), rng.uniform(-1, 1, (32, 7)),
-                                      _expert_actions(1, 32), rng.uniform(-1, 1, (32, 7))]))
+    acts = torch.from_numpy(np.stack([expert_actions("red_on_plate", 3, 32), rng.uniform(-1, 1, (32, 7)),
+                                      expert_actions("red_on_plate", 1, 32), rng.uniform(-1, 1, (32, 7))]))
     runs = {}
     for skip in (True, False):
         env = TabletopSimEnv(num_envs=4, group_size=2, chunk=8, max_episode_steps=32,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toys import expert_actions
 
 from wmrl.pipeline.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
@@ -219,21 +220,6 @@ def test_step_chunk_and_vec_env():
     vec.close()
 
 
-def _expert_actions(task: str, state_id: int, n: int) -> np.ndarray:
-    """The clean expert's actions on eval state ``state_id`` (its episode ends on success),
-    zero-padded to ``n``: replayed open loop in chunks they retrace the same episode."""
-    e = TabletopEnv(render=False, max_episode_steps=n)
-    obs, _ = e.reset(options={"task": task, "state_id": state_id})
-    expert = ScriptedExpert()
-    expert.reset(1, seed=0)
-    acts, done = [], False
-    while not done:
-        acts.append(expert.act(obs)[0])
-        obs, _, term, trunc, _ = e.step(acts[-1])
-        done = term or trunc
-    return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
-
-
 def _count_renders(monkeypatch) -> list:
     calls = []
     real = TabletopEnv.render
@@ -252,8 +238,8 @@ def test_skip_intermediate_renders_same_results(monkeypatch):
     and success, for episodes that end by success mid-chunk (env 0), by success on a chunk's
     last step (env 1) and by truncation mid-chunk (env 2); and it renders once per chunk."""
     steps, chunk, n_chunks = 28, 8, 4  # truncation at step 28 = chunk 4, index 3
-    acts = np.stack([_expert_actions("red_on_plate", 3, 32),  # success at step 23
-                     _expert_actions("red_on_plate", 1, 32),  # success at step 24
+    acts = np.stack([expert_actions("red_on_plate", 3, 32),  # success at step 23
+                     expert_actions("red_on_plate", 1, 32),  # success at step 24
                      np.random.default_rng(0).uniform(-1, 1, (32, 7))])
     calls = _count_renders(monkeypatch)
     runs = {}
