@@ -84,6 +84,7 @@ class RolloutSchema:
     actor_start_timeout_s: float = 600.0
     step_timeout_s: float = 3600.0
     max_actor_restarts: int = 3
+    overlap_resets: bool = True
     compute_on_cpu: bool = False
     weight_sync: WeightSyncSchema = field(default_factory=WeightSyncSchema)
 

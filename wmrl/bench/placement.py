@@ -1,37 +1,65 @@
 """GRPO step wall time per placement mode: the real trainer (Lightning + Ray actors) with the
 tiny policy, tiny Wan env and tiny ResNet reward on CPU, all modes in one run, same seeds.
 Reports the mean step time (after a warm-up step), the per-role breakdown and the idle
-fraction (time inside the step when no role - env, policy, trainer - was busy)."""
+fraction (time inside the step when no role - env, policy, trainer - was busy).
+
+Each mode runs twice, side by side: ``rollout.overlap_resets`` off, then on (the default: the
+next step's env resets run during the update). ``placement.<mode>.overlap_resets`` compares
+the two by the median whole-step wall time (batch end to batch end: rollout, update, weight
+sync, checkpoint), since overlap moves reset time out of ``rollout_s`` and may slow what it
+overlaps (the update, a collocated actor's weight sync); the per-role figures are the overlap
+run's."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
+import time
 
+import lightning as L
 from hydra import compose, initialize_config_dir
 
 MODES = (("collocated", 1), ("disaggregated", 1), ("hybrid", 2))
 CONF = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "conf"))
 
 
-def run(steps: int = 3, num_envs: int = 16) -> list[dict]:
+class _StepClock(L.Callback):
+    """Wall time at the end of every training batch (after the weight sync and checkpoint)."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, *args) -> None:
+        self.ends.append(time.perf_counter())
+
+
+def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool):
     from wmrl.fit import fit
 
+    clock = _StepClock()
+    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(CONF, version_base="1.3"):
+        cfg = compose("fit", overrides=[
+            f"run_dir={tmp}", "logger=csv", "trainer.enable_progress_bar=false",
+            f"trainer.max_steps={steps + 1}", f"rollout.placement={placement}",
+            f"rollout.pipeline_stages={stages}", f"rollout.num_envs={num_envs}",
+            f"rollout.overlap_resets={str(overlap).lower()}",
+            "rollout.group_size=4", "rollout.max_episode_steps=32",
+            # full-length episodes and an update every step, whatever the (random) reward
+            # says: timing, not learning; no simulator evaluation (not timed)
+            "env.success_threshold=1.01", "algorithm.filter_groups=false",
+            "callbacks.sim_eval=null",
+        ])
+        _, module = fit(cfg, extra_callbacks=[clock])
+    walls = [b - a for a, b in zip(clock.ends, clock.ends[1:])]  # steps 2..: step 1 warms up
+    return module.history[1:], statistics.median(walls)
+
+
+def run(steps: int = 4, num_envs: int = 16) -> list[dict]:
     out = []
     for placement, stages in MODES:
-        with tempfile.TemporaryDirectory() as tmp, \
-                initialize_config_dir(CONF, version_base="1.3"):
-            cfg = compose("fit", overrides=[
-                f"run_dir={tmp}", "logger=csv", "trainer.enable_progress_bar=false",
-                f"trainer.max_steps={steps + 1}", f"rollout.placement={placement}",
-                f"rollout.pipeline_stages={stages}", f"rollout.num_envs={num_envs}",
-                "rollout.group_size=4", "rollout.max_episode_steps=32",
-                # full-length episodes and an update every step, whatever the (random) reward
-                # says: timing, not learning
-                "env.success_threshold=1.01", "algorithm.filter_groups=false",
-            ])
-            _, module = fit(cfg)
-        hist = module.history[1:]  # step 1 builds models and warms caches
+        plain, wall_plain = _fit(placement, stages, steps, num_envs, overlap=False)
+        hist, wall = _fit(placement, stages, steps, num_envs, overlap=True)
 
         def mean(key: str, hist: list[dict] = hist) -> float:
             return sum(h.get(key, 0.0) for h in hist) / len(hist)
@@ -43,4 +71,12 @@ def run(steps: int = 3, num_envs: int = 16) -> list[dict]:
                        if k.startswith("time/") and k != "time/idle_frac"}})
         out.append({"name": f"placement.{placement}.idle_fraction",
                     "value": round(mean("time/idle_frac"), 4), "unit": "fraction"})
+        out.append({"name": f"placement.{placement}.overlap_resets",
+                    "value": round(wall_plain / wall, 3), "unit": "x (step time off / on)",
+                    "wall_step_s_off": round(wall_plain, 3), "wall_step_s_on": round(wall, 3),
+                    "rollout_s_off": round(mean("time/rollout_s", plain), 3),
+                    "rollout_s_on": round(mean("time/rollout_s"), 3),
+                    "train_s_off": round(mean("time/train_s", plain), 3),
+                    "train_s_on": round(mean("time/train_s"), 3),
+                    "reset_ahead_s": round(mean("time/reset_ahead_s"), 3)})
     return out

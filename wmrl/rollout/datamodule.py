@@ -3,7 +3,10 @@
 Each ``next()`` on the train stream runs ``rollout_epochs`` episodes of every env on Ray
 actors and returns one trajectory batch (see ``wmrl.rollout.engine``). Rollouts are made
 lazily, when the trainer asks for the batch, so they always use the weights of the last
-optimizer step (the GRPOModule pulls batches itself: no prefetch of stale rollouts).
+optimizer step (the GRPOModule pulls batches itself: no prefetch of stale rollouts). Only the
+next step's env resets, which do not depend on the policy, are started ahead: as soon as a
+batch is gathered they run on the env actors while the trainer updates
+(``rollout.overlap_resets``; not for collocated actors on an accelerator, see ``start``).
 
 Every trainer rank starts its own actors. Where they run (``wmrl.rollout.placement``): env
 and policy actors ask Ray for ``env_resources`` / ``policy_resources`` and compute on the
@@ -27,7 +30,15 @@ from strategies import full_state_dict
 from wmrl.config import ConfigError, to_container
 from wmrl.interfaces import PolicyTrainer, TrajectoryBatch
 from wmrl.rollout import placement as place
-from wmrl.rollout.engine import PLACEMENTS, RolloutPlan, busy_breakdown, collect_rollouts
+from wmrl.rollout.engine import (
+    PLACEMENTS,
+    RolloutPlan,
+    RolloutTimeout,
+    busy_breakdown,
+    collect_rollouts,
+    issue_resets,
+    reset_seed,
+)
 from wmrl.rollout.sync_group import SyncGroup, free_port
 from wmrl.rollout.weight_sync import WeightSender, push_weights
 from wmrl.rollout.workers import RolloutActor
@@ -61,6 +72,7 @@ class RolloutDataModule(L.LightningDataModule):
         actor_start_timeout_s: float = 600.0,
         step_timeout_s: float | None = 3600.0,
         max_actor_restarts: int = 3,
+        overlap_resets: bool = True,
         weight_sync: dict | None = None,
         tracing: bool = False,
         seed: int = 0,
@@ -105,6 +117,11 @@ class RolloutDataModule(L.LightningDataModule):
         self.actor_start_timeout_s = actor_start_timeout_s
         self.step_timeout_s = step_timeout_s
         self.max_actor_restarts = max_actor_restarts
+        self.overlap_resets = overlap_resets  # asked for; start() decides where it is safe
+        self.overlapping = False  # the next step's resets run during the update
+        # (seed of the step, {(env actor, stage): obs ref}) of the resets started ahead; not
+        # checkpointed: after a resume the first step resets itself, with the same seeds
+        self._resets_ahead: tuple[int, dict] | None = None
         self.actor_restarts = 0  # actor deaths recovered from in this run
         self.synced_version: int | None = None  # the version every policy actor holds
         self._actor_names: dict[str, str] = {}  # Ray actor id -> env-0, policy-0, ...
@@ -150,6 +167,16 @@ class RolloutDataModule(L.LightningDataModule):
         self.trainer_device = torch.device(trainer_device)
         self.plan = self.build_plan(world_size)
         self._wait_for_actors()
+        # Collocated actors on an accelerator move their env models off the card while the
+        # trainer updates (RolloutActor.rest); a reset during the update would move them back
+        # and hold the card beside the trainer's weights, optimizer state and activations. So
+        # there the resets wait for the rollout; on the CPU nothing moves and they overlap.
+        on_card = self.plan.collocated and any(
+            r["compute_device"] != "cpu" for r in self.placement_report())
+        self.overlapping = self.overlap_resets and not on_card
+        if self.overlap_resets and on_card:
+            log.info("rollout.overlap_resets: off for collocated actors on an accelerator "
+                     "(the env models stay off the card during the update)")
         if self.sender.transport == "device" and self.plan.collocated:
             # the actors share the trainer's card: NCCL cannot pair two ranks on one card
             if self.trainer_device.type == "cuda":  # CUDA and ROCm
@@ -238,6 +265,7 @@ class RolloutDataModule(L.LightningDataModule):
             ray.kill(a)
         self.plan = None
         self.sync_group = None
+        self._resets_ahead = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -247,24 +275,32 @@ class RolloutDataModule(L.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rollout_step = int(state_dict["rollout_step"])
+        self._resets_ahead = None  # made for another step
 
     # ---- data ------------------------------------------------------------------------
     def train_dataloader(self) -> Iterator[TrajectoryBatch]:
         return _RolloutStream(self)
 
+    def _step_seed(self, step: int) -> int:
+        return self.seed * 100_003 + step
+
     def next_batch(self) -> TrajectoryBatch:
         start = time.time()
-        seed = self.seed * 100_003 + self.rollout_step
+        seed = self._step_seed(self.rollout_step)
+        ahead, self._resets_ahead = self._resets_ahead, None
         failures = 0
         while True:
             try:
+                resets = self._held_resets(seed, ahead) if ahead else None
                 batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
-                                         self.rollout_epochs, seed, self.step_timeout_s)
+                                         self.rollout_epochs, seed, self.step_timeout_s,
+                                         resets=resets)
                 if self.plan.collocated:  # free the device for the trainer's update
                     ray.get([a.rest.remote() for a in self.plan.actors],
                             timeout=self.step_timeout_s)
                 break
             except ray.exceptions.RayActorError as err:
+                ahead = None  # a restarted actor lost the resets made ahead: reset again
                 failures += 1
                 if failures > self.max_actor_restarts:
                     raise RuntimeError(
@@ -278,9 +314,36 @@ class RolloutDataModule(L.LightningDataModule):
                           timeout=self.step_timeout_s)
         busy = [iv for intervals, _, _ in records for iv in intervals]
         self._trace_events += [ev for _, events, _ in records for ev in events]
+        # env time before the step began: the resets that ran during the last update
+        ahead_s = sum(min(t1, start) - t0 for role, t0, t1 in busy if role == "env" and t0 < start)
         self.last_timing = {"rollout_s": end - start, **busy_breakdown(busy, start, end),
-                            "reward_s": sum(r for _, _, r in records)}
+                            "reward_s": sum(r for _, _, r in records), "reset_ahead_s": ahead_s}
+        if self.overlapping:  # the next step's resets run while the trainer updates
+            next_seed = self._step_seed(self.rollout_step)
+            self._resets_ahead = (next_seed, issue_resets(self.plan, next_seed))
         return batch.to_torch()
+
+    def _held_resets(self, seed: int, ahead: tuple[int, dict]) -> dict | None:
+        """The resets started ahead for step ``seed`` if every env actor still holds them
+        (waits for them to finish); None if they were made for another step or an actor
+        was restarted since (Ray's new process holds no reset). A dead actor raises."""
+        ahead_seed, refs = ahead
+        if ahead_seed != seed:
+            return None
+        checks = [self.plan.env_actors[j].holds_reset.remote(s, reset_seed(seed, 0, j, s))
+                  for j, s in refs]
+        try:
+            held = ray.get(checks, timeout=self.step_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RolloutTimeout(
+                f"rollout step (seed {seed}): the env resets started during the last update "
+                f"did not finish within rollout.step_timeout_s={self.step_timeout_s}") from None
+        if all(held):
+            return refs
+        log.warning("rollout step %d: an env actor no longer holds the reset started ahead "
+                    "(Ray restarted it, or the reset failed); resetting again",
+                    self.rollout_step)
+        return None
 
     def step_timing(self) -> dict[str, float]:
         """Seconds of the last rollout by part (``wmrl.interfaces.RolloutSource``)."""
@@ -378,6 +441,40 @@ class RolloutDataModule(L.LightningDataModule):
             self.sender.use_store()
             push_weights(self.sender, state_dict, version, self.rollout_workers,
                          timeout_s=self.step_timeout_s)
+
+    # ---- world-model sync (PACE: callbacks/pace.py) ----------------------------------
+    def sync_world_model(self, state_dict: dict[str, torch.Tensor], version: int,
+                         reward_state_dict: dict[str, torch.Tensor] | None = None) -> float:
+        """New world-model weights (transformer + action modules, optionally the reward's)
+        to every env actor as ``version``: one ``ray.put`` each, the refs to all actors
+        (``RolloutActor.load_world_model``); every actor must report ``version`` back.
+        Returns seconds. A dead actor is restarted (and its policy re-synced) and the push
+        repeated. Only the transformer and action modules change, not the VAE, so resets
+        already started ahead (their anchor frame and encoder state) stay valid."""
+        t0 = time.perf_counter()
+        state_ref = ray.put(state_dict)
+        reward_ref = None if reward_state_dict is None else ray.put(reward_state_dict)
+        for failures in range(self.max_actor_restarts + 1):
+            try:
+                got = ray.get([a.load_world_model.remote(state_ref, version, reward_ref)
+                               for a in self.plan.env_actors], timeout=self.step_timeout_s)
+                break
+            except ray.exceptions.RayActorError as err:
+                if failures == self.max_actor_restarts:
+                    raise RuntimeError(
+                        f"world-model sync v{version}: an env actor died {failures + 1} times "
+                        f"(rollout.max_actor_restarts={self.max_actor_restarts}); last: "
+                        f"{self._describe(err)}") from None
+                self._recover(err)  # restarted, its policy weights back; push again
+        if got != [version] * len(self.plan.env_actors):
+            raise RuntimeError(f"world-model sync v{version}: env actors report {got}")
+        self.world_model_version = version
+        return time.perf_counter() - t0
+
+    def world_model_versions(self) -> list[int]:
+        """The world-model version every env actor holds (0: as built from the config)."""
+        return ray.get([a.get_world_model_version.remote() for a in self.plan.env_actors],
+                       timeout=self.step_timeout_s)
 
 
 def _first_line(err: BaseException) -> str:

@@ -15,6 +15,12 @@ Placement (``RolloutPlan``):
 
 All placements use the same stages and seeds, hence the same trajectories. The result is
 a :class:`wmrl.interfaces.TrajectoryBatch` of numpy arrays (layout in its docstring).
+
+Bootstrap overlap: a reset does not depend on the policy, so the DataModule starts the next
+step's epoch-0 resets (``issue_resets``) as soon as a batch is gathered; they run on the env
+actors while the trainer updates, and ``collect_rollouts(resets=...)`` chains the step's
+first samples onto them. An actor runs its tasks one at a time in submission order, so
+every env sees the same calls in the same order as without overlap: same trajectories.
 """
 
 from __future__ import annotations
@@ -48,23 +54,40 @@ def call_seed(seed: int, epoch: int, actor: int, stage: int, chunk: int) -> int:
     return ((((seed * 1009 + epoch) * 1013 + actor) * 1019 + stage) * 1021 + chunk) % (2**31 - 1)
 
 
+def reset_seed(seed: int, epoch: int, actor: int, stage: int) -> int:
+    """The seed of one env stage's reset (its episodes' initial states) in step ``seed``."""
+    return call_seed(seed + 1, epoch, actor, stage, 0)
+
+
+def issue_resets(plan: RolloutPlan, seed: int, epoch: int = 0) -> dict[tuple[int, int], Any]:
+    """Start every env stage's reset for ``epoch`` of step ``seed``; -> {(env actor index,
+    stage): observation ref} (collocated: the observation stays in the actor, the ref is
+    None-valued)."""
+    return {(j, s): env.reset.remote(s, seed=reset_seed(seed, epoch, j, s))
+            for j, env in enumerate(plan.env_actors) for s in range(plan.stages)}
+
+
 class RolloutTimeout(RuntimeError):
     """A rollout step did not finish within its deadline."""
 
 
 def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
-                     seed: int, timeout_s: float | None = None) -> TrajectoryBatch:
+                     seed: int, timeout_s: float | None = None,
+                     resets: dict[tuple[int, int], Any] | None = None) -> TrajectoryBatch:
     """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks; the records
     must arrive within ``timeout_s`` (None: wait forever). A dead actor raises Ray's
-    ``RayActorError``; the same ``seed`` re-runs the same step."""
+    ``RayActorError``; the same ``seed`` re-runs the same step. ``resets``: epoch 0's resets,
+    already issued (``issue_resets(plan, seed)``, e.g. during the previous update; the
+    caller makes sure the actors still hold them); later epochs reset here."""
     pending = []  # per (epoch, env actor, stage): (sample record refs, step record refs)
     for epoch in range(epochs):
+        started = resets if epoch == 0 and resets is not None else \
+            issue_resets(plan, seed, epoch)
         streams = []
         for j, env in enumerate(plan.env_actors):
             policy = plan.policy_actors[j % len(plan.policy_actors)]
             for s in range(plan.stages):
-                obs = env.reset.remote(s, seed=call_seed(seed + 1, epoch, j, s, 0))
-                streams.append((j, s, env, policy, obs, [], []))
+                streams.append((j, s, env, policy, started[j, s], [], []))
         for k in range(num_chunks):
             for i, (j, s, env, policy, obs, samples, steps) in enumerate(streams):
                 actions, sample = policy.sample.options(num_returns=2).remote(

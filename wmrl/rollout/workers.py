@@ -130,6 +130,7 @@ class RolloutActor:
                                       self.device.type == "cpu") if self.policy else None
         self.last_obs: dict[int, dict] = {}  # collocated: the env's obs for the policy
         self.last_actions: dict[int, torch.Tensor] = {}  # and the policy's actions for the env
+        self.reset_seeds: dict[int, int] = {}  # stage -> seed of its reset, until it steps
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
         self.reward_s = 0.0  # reward-model time inside env steps (envs that report it)
         self.sync_group: SyncGroup | None = None
@@ -187,6 +188,7 @@ class RolloutActor:
         self._switch_to("env")
         with Tracer.trace_span("env.reset", stage=stage):
             obs = self.envs[stage].reset(seed=seed)
+        self.reset_seeds[stage] = seed
         self.busy.append(("env", t0, time.time()))
         return self._hand_over(stage, obs)
 
@@ -204,6 +206,7 @@ class RolloutActor:
         t0 = time.time()
         self._switch_to("env")
         env = self.envs[stage]
+        self.reset_seeds.pop(stage, None)
         actions = self.last_actions.pop(stage) if actions is None \
             else torch.from_numpy(np.asarray(actions))
         reward_before = getattr(env, "timings", {}).get("reward", 0.0)
@@ -274,6 +277,11 @@ class RolloutActor:
     def ready(self) -> bool:
         return True
 
+    def holds_reset(self, stage: int, seed: int) -> bool:
+        """Whether env ``stage`` was reset with ``seed`` in this process and not stepped since
+        (False in a process Ray restarted: a reset issued ahead was lost with the old one)."""
+        return self.reset_seeds.get(stage) == seed
+
     def get_version(self) -> int:
         return self.weights.version
 
@@ -286,3 +294,44 @@ class RolloutActor:
         busy, self.busy = self.busy, []
         reward_s, self.reward_s = self.reward_s, 0.0
         return busy, Tracer.flush(), reward_s
+
+    # ---- world-model weights (PACE: callbacks/pace.py) ----------------------------------
+    def load_world_model(self, state_dict: Any, version: int,
+                         reward_state_dict: Any = None) -> int:
+        """New world-model (and optionally reward) weights into every env of this actor
+        (``WanWorldModelEnv.load_world_model_weights``); returns the version they all hold.
+        The weights may come as dicts or as Ray object refs (one ``ray.put`` for all actors:
+        Ray resolves a top-level ref argument before the call)."""
+        import ray
+
+        if isinstance(state_dict, ray.ObjectRef):
+            state_dict = ray.get(state_dict)
+        if isinstance(reward_state_dict, ray.ObjectRef):
+            reward_state_dict = ray.get(reward_state_dict)
+        if not self.envs or not all(hasattr(e, "load_world_model_weights") for e in self.envs):
+            kinds = sorted({type(e).__name__ for e in self.envs}) or ["no env"]
+            raise TypeError(f"{self.name}: {kinds} cannot load world-model weights (PACE needs "
+                            "a world-model env, e.g. WanWorldModelEnv)")
+        t0 = time.time()
+        with Tracer.trace_span("env.load_world_model", version=version):
+            got = {e.load_world_model_weights(state_dict, version, reward_state_dict)
+                   for e in self.envs}
+        self.busy.append(("env", t0, time.time()))
+        if got != {version}:
+            raise RuntimeError(f"{self.name}: envs report world-model versions {sorted(got)} "
+                               f"after loading version {version}")
+        self.world_model_version = version
+        return version
+
+    def get_world_model_version(self) -> int:
+        """The world-model version this actor's envs hold (0: as built from the config)."""
+        return getattr(self, "world_model_version", 0)
+
+    def env_model_state(self, stage: int = 0) -> dict[str, Any]:
+        """Env ``stage``'s world-model and reward weights as CPU tensors (checks, debugging)."""
+        env = self.envs[stage]
+        reward = getattr(env.reward_model, "model", None)
+        return {"world_model": {k: v.detach().cpu().clone()
+                                for k, v in env.model.state_dict().items()},
+                "reward": None if not isinstance(reward, torch.nn.Module) else
+                {k: v.detach().cpu().clone() for k, v in reward.state_dict().items()}}
