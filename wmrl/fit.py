@@ -67,6 +67,10 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
     ]
     if cfg.get("tracing", {}).get("enabled", False):
         callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
+    # PACE (conf/pace, experiment=pace) before cfg.callbacks: its round runs on the trainer's
+    # policy before phase_offload moves that off the device
+    if cfg.get("pace"):
+        callbacks.append(build(cfg.pace))
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])
     logger = build_logger(cfg)

@@ -436,3 +436,39 @@ class WanWorldModelEnv:
         # the anchor encoder state is a pure function of frame 0 and the active rows
         active = (~self._done).nonzero().flatten()
         self._anchor = self._encode_anchor(active) if self.fast_path and active.numel() else None
+
+    # ------------------------------------------------------------------ new weights
+    @torch.no_grad()
+    def load_world_model_weights(self, state_dict: dict[str, torch.Tensor],
+                                 version: int | None = None,
+                                 reward_state_dict: dict[str, torch.Tensor] | None = None) -> int:
+        """Copy new world-model weights into ``self.model`` in place (PACE: the world model
+        follows the policy, ``callbacks/pace.py``) and optionally new reward-model weights
+        into the reward's network; returns the new ``world_model_version`` (``version``, or
+        the old one + 1). ``state_dict`` must hold every transformer and action-module tensor
+        (what a fine-tune trains); VAE tensors are optional. Tensors are cast to the model's
+        dtype and device; a partial or foreign state dict is refused before any is copied.
+        Call between episodes: a running episode would continue on the new weights."""
+        own = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(own))
+        missing = sorted(k for k in own if k.startswith(("transformer.", "action."))
+                         and k not in state_dict)
+        shapes = sorted(k for k, v in state_dict.items()
+                        if k in own and tuple(v.shape) != tuple(own[k].shape))
+        if unexpected or missing or shapes:
+            raise ValueError(f"world-model weights do not fit this env's model: missing "
+                             f"{missing[:5]}, unexpected {unexpected[:5]}, shape {shapes[:5]}")
+        if reward_state_dict is not None and not isinstance(
+                getattr(self.reward_model, "model", None), torch.nn.Module):
+            raise TypeError(f"reward {type(self.reward_model).__name__} has no network to load "
+                            "weights into")
+        self.model.load_state_dict(state_dict, strict=False)
+        if reward_state_dict is not None:
+            self.reward_model.model.load_state_dict(reward_state_dict)  # (onloads it)
+            if self._offloaded and hasattr(self.reward_model, "offload"):
+                self.reward_model.offload()
+        if self._anchor is not None and any(k.startswith("vae.") for k in state_dict):
+            self._anchor = self._encode_anchor(self._anchor_rows)  # new encoder
+        old = getattr(self, "world_model_version", 0)
+        self.world_model_version = old + 1 if version is None else int(version)
+        return self.world_model_version

@@ -1,0 +1,517 @@
+"""``PaceCallback``: the world model follows the policy (WoVR's PACE).
+
+Every ``every_n_steps`` training steps the trainer's current policy runs ``episodes`` real
+episodes in the MuJoCo tabletop simulator; the callback's own copy of the world model
+(loaded from ``world_model``, the config the env actors load) fine-tunes its transformer +
+action modules on them for ``steps`` steps (flow matching, the VAE frozen; optionally the
+reward model too, ``reward_steps``); the new weights go to every env actor
+(``RolloutDataModule.sync_world_model``, versioned like the policy's weights) and GRPO goes on
+in the updated world model. docs/pace.md.
+
+Budget: every real episode and control step is counted (``pace/real_episodes``,
+``pace/real_steps``, cumulative, logged every training step) and written to
+``<out_dir>/summary.json`` at the end of the fit, so a run states the simulator interaction it
+used for training (sim-eval episodes score the policy; they are not counted here).
+
+Processes: the episodes are collected and the world model trained in the trainer process of
+rank 0; with several ranks the new weights are broadcast (``trainer.strategy.broadcast``) and
+every rank pushes them to its own env actors, so all ranks roll out in the same world model.
+The policy must be whole on rank 0 (sharded FSDP policies are refused).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wmrl.atomic import write_text
+from wmrl.config import build
+from wmrl.pipeline import world_model_training as T
+from wmrl.pipeline.dataset import Episode
+from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
+from wmrl.rewards.resnet import frames_to_input
+from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
+from wmrl.world_model.action_wan import ActionWanModel, build_world_model
+
+# what the fine-tune trains (train_transformer's parameters) and what is synced
+TRAINED_PARTS = ("transformer.", "action.")
+SCENES = ("fixed", "random")
+
+
+def trained_state(model: ActionWanModel) -> dict[str, torch.Tensor]:
+    """The transformer + action-module weights of ``model`` (CPU tensors, VAE left out)."""
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()
+            if k.startswith(TRAINED_PARTS)}
+
+
+def episode_specs(tasks: Sequence[str], episodes: int, round_index: int, scenes: str,
+                  num_states: int, seed: int) -> list[EpisodeSpec]:
+    """Round ``round_index``'s episodes: tasks in turn; ``fixed``: the task's fixed initial
+    states, consecutive rounds taking the next ``episodes`` of them (wrapping at
+    ``num_states``); ``random``: fresh scenes from seeded env RNGs (a distinct seed per round
+    and episode)."""
+    specs = []
+    for j in range(episodes):
+        n = round_index * episodes + j
+        task = task_by_name(tasks[j % len(tasks)]).name
+        if scenes == "fixed":
+            specs.append(EpisodeSpec(task, state_id=(n // len(tasks)) % num_states))
+        else:
+            specs.append(EpisodeSpec(task, seed=(seed * 1_000_003 + n) % (2**31 - 1)))
+    return specs
+
+
+def _window_mean(xs: list[float], first: bool) -> float:
+    """Mean over the first / last tenth of the steps (at least 1, at most 20)."""
+    k = min(20, max(1, len(xs) // 10))
+    w = xs[:k] if first else xs[-k:]
+    return float(np.mean(w)) if w else float("nan")
+
+
+class PaceCallback(L.Callback):
+    """See the module docstring. Arguments (conf/pace/default.yaml explains each):
+    ``world_model``: the env's ``world_model`` config (``path`` or tiny sub-configs);
+    ``tasks`` / ``num_states`` / ``sim_env``: the simulator task(s), its fixed initial states and
+    ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0).
+
+    ``history``: one dict per round. ``state_dict()`` holds the counts, the round index, the
+    version and, after a round, the fine-tuned weights and optimizer state, so a resumed run
+    continues them (the clip buffer is not saved: a resume starts it empty)."""
+
+    def __init__(self, world_model: dict, tasks: Sequence[str], every_n_steps: int = 10,
+                 episodes: int = 32, steps: int = 200, lr: float = 1e-4, batch_size: int = 32,
+                 weight_decay: float = 0.0, temperature: float = 1.0, scenes: str = "random",
+                 num_states: int = 256, post_success_steps: int | None = 8,
+                 num_envs: int = 16, sim_env: dict | None = None, buffer_rounds: int = 4,
+                 context_noise_sigma: float = 0.0, foreground_weight: float = 0.0,
+                 gripper_event_weight: float = 1.0, eval_clips: int = 64,
+                 reward_steps: int = 0, reward_lr: float = 1e-4, reward_batch_size: int = 64,
+                 reward: Any = None, dtype: str = "float32", device: str | None = None,
+                 seed: int = 0, out_dir: str | None = None, verbose: bool = True):
+        if every_n_steps < 0 or episodes < 1 or steps < 0 or batch_size < 1:
+            raise ValueError(f"pace: every_n_steps >= 0, episodes >= 1, steps >= 0 and "
+                             f"batch_size >= 1 needed; got {every_n_steps}, {episodes}, "
+                             f"{steps}, {batch_size}")
+        if scenes not in SCENES:
+            raise ValueError(f"pace.scenes={scenes!r}: choose one of {SCENES}")
+        if not tasks:
+            raise ValueError("pace.tasks is empty: name the simulator task(s)")
+        if reward_steps > 0 and reward is None:
+            raise ValueError("pace.reward_steps > 0 needs the reward config (pace.reward)")
+        if buffer_rounds < 1:
+            raise ValueError(f"pace.buffer_rounds must be >= 1, got {buffer_rounds}")
+        self.world_model_cfg = dict(world_model, dtype=dtype)
+        self.tasks = [task_by_name(t).name for t in tasks]
+        self.every_n_steps, self.episodes, self.steps = every_n_steps, episodes, steps
+        self.lr, self.batch_size, self.weight_decay = lr, batch_size, weight_decay
+        self.temperature, self.scenes, self.num_states = temperature, scenes, num_states
+        self.post_success_steps, self.num_envs = post_success_steps, num_envs
+        self.sim_env = dict(sim_env or {})
+        self.sim_env.pop("_target_", None)
+        self.sim_env.setdefault("terminate_on_success", post_success_steps is None)
+        self.buffer_rounds, self.eval_clips = buffer_rounds, eval_clips
+        self.loss_kwargs = dict(context_noise_sigma=context_noise_sigma,
+                                foreground_weight=foreground_weight)
+        self.gripper_event_weight = gripper_event_weight
+        self.reward_steps, self.reward_lr = reward_steps, reward_lr
+        self.reward_batch_size, self.reward_spec = reward_batch_size, reward
+        # (not ``self.log``: Lightning sets that to the module's ``log`` on every callback)
+        self.device, self.seed, self.out_dir, self.verbose = device, seed, out_dir, verbose
+        # bookkeeping (checkpointed)
+        self.version = 0  # the world-model version the env actors hold (0 = as loaded)
+        self.rounds = 0
+        self.real_episodes = 0
+        self.real_steps = 0
+        self.real_successes = 0
+        self.seconds = 0.0
+        self.last_round_step = -1
+        self.history: list[dict] = []
+        # built on first use
+        self.model: ActionWanModel | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.reward = None
+        self.reward_optimizer: torch.optim.Optimizer | None = None
+        self._buffer: list[tuple[torch.Tensor, torch.Tensor]] = []  # (latents, actions)/round
+        self._pending: dict | None = None  # weights from load_state_dict, before the build
+        self._received: tuple | None = None  # ranks > 0: the weights rank 0 broadcast last
+        self._restarts_seen = 0
+        self.losses: list[float] = []  # the last round's fine-tune losses (rank 0)
+        self.reward_losses: list[float] = []
+
+    # ---- models ------------------------------------------------------------------------
+    def ensure_models(self, device: torch.device | str | None = None) -> ActionWanModel:
+        """Build the world-model copy (+ optimizer, + reward copy) once; apply restored state."""
+        if self.model is None:
+            dev = torch.device(self.device or device or "cpu")
+            self.model = build_world_model(self.world_model_cfg).to(dev).eval()
+            self.model.requires_grad_(False)
+            params = [*self.model.transformer.parameters(), *self.model.action.parameters()]
+            self.optimizer = torch.optim.AdamW(params, lr=self.lr,
+                                               weight_decay=self.weight_decay,
+                                               betas=(0.9, 0.99))
+            if self.reward_steps > 0:
+                self.reward = build(self.reward_spec).to(dev)
+                self.reward_optimizer = torch.optim.AdamW(self.reward.model.parameters(),
+                                                          lr=self.reward_lr)
+            if self._pending is not None:
+                self._apply_pending(self._pending)
+                self._pending = None
+        return self.model
+
+    @property
+    def model_device(self) -> torch.device:
+        return next(self.model.transformer.parameters()).device
+
+    def _apply_pending(self, sd: dict) -> None:
+        if sd.get("world_model") is not None:
+            self._load_trained(sd["world_model"])
+        if sd.get("optimizer") is not None:
+            self.optimizer.load_state_dict(sd["optimizer"])
+        if sd.get("reward") is not None and self.reward is not None:
+            self.reward.model.load_state_dict(sd["reward"])
+            if sd.get("reward_optimizer") is not None:
+                self.reward_optimizer.load_state_dict(sd["reward_optimizer"])
+
+    def _load_trained(self, state: dict[str, torch.Tensor]) -> None:
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k.startswith(TRAINED_PARTS)]
+        if missing or unexpected:
+            raise RuntimeError(f"pace: saved world-model weights do not fit the model "
+                               f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+
+    def current_state(self) -> tuple[dict[str, torch.Tensor], dict | None]:
+        """(world-model, reward) weights of the current version: the copy's, else those
+        received from rank 0 or restored from a checkpoint before the copy was built."""
+        if self.model is not None:
+            return trained_state(self.model), self.reward_state()
+        if self._received is not None:
+            return self._received
+        if self._pending is not None and self._pending.get("world_model") is not None:
+            return self._pending["world_model"], self._pending.get("reward")
+        raise RuntimeError("pace: no world-model weights yet (no round ran, none restored)")
+
+    def reward_state(self) -> dict[str, torch.Tensor] | None:
+        if self.reward is None:
+            return None
+        return {k: v.detach().cpu() for k, v in self.reward.model.state_dict().items()}
+
+    # ---- a round -----------------------------------------------------------------------
+    def collect(self, policy, round_index: int) -> list[Episode]:
+        """``episodes`` real episodes of ``policy`` (eval mode, ``temperature``, seeded by the
+        round) in the simulator, with every frame and action."""
+        specs = episode_specs(self.tasks, self.episodes, round_index, self.scenes,
+                              self.num_states, self.seed)
+        was_training = policy.training
+        policy.eval()
+        seed = (self.seed * 7919 + round_index * 104_729) % (2**31 - 1)
+        source = PolicyActionSource(policy, temperature=self.temperature, seed=seed)
+        vec = TabletopVecEnv(min(self.num_envs, len(specs)), **self.sim_env)
+        try:
+            return list(rollout_episodes(vec, source, specs, self.post_success_steps, seed=seed))
+        finally:
+            vec.close()
+            policy.train(was_training)
+
+    @torch.no_grad()
+    def encode(self, episodes: Sequence[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training clips of ``episodes`` (``build_clips``: the env's model input) -> their
+        normalised VAE latents and actions, on the model's device."""
+        model = self.ensure_models()
+        h, w = episodes[0].frames.shape[1:3]
+        if (h, w) != (self.world_model_cfg.get("height", h), self.world_model_cfg.get("width", w)):
+            raise ValueError(f"pace: simulator frames are {h}x{w} but the world model's are "
+                             f"{self.world_model_cfg['height']}x{self.world_model_cfg['width']}: "
+                             "set pace.sim_env.image_size to the task's image size")
+        clips = T.build_clips(episodes)
+        dev = self.model_device
+        # (T.encode_clips, with the clips moved to the model's device)
+        lat = [model.encode(clips.video(torch.arange(i, min(i + 32, len(clips)))).to(dev))
+               for i in range(0, len(clips), 32)]
+        return torch.cat(lat), clips.actions.to(dev)
+
+    @torch.no_grad()
+    def fixed_noise_loss(self, latents: torch.Tensor, actions: torch.Tensor) -> float:
+        """Flow-matching loss on (at most ``eval_clips``) clips with a fixed noise draw: the
+        same number before and after a fine-tune measures what it changed."""
+        model = self.ensure_models()
+        n = min(len(latents), self.eval_clips)
+        gen = torch.Generator().manual_seed(self.seed + 12_345)
+        n_cond = model.latent_frames(T.CONDITION_FRAMES)
+        total = 0.0
+        for i in range(0, n, self.batch_size):
+            j = min(i + self.batch_size, n)
+            loss = model.training_loss(latents[i:j], actions[i:j], n_cond, generator=gen,
+                                       **self.loss_kwargs)
+            total += float(loss) * (j - i)
+        return total / max(n, 1)
+
+    def finetune(self, latents: torch.Tensor, actions: torch.Tensor,
+                 round_index: int) -> list[float]:
+        """``steps`` AdamW steps (the callback's optimizer, kept across rounds) of
+        ``ActionWanModel.training_loss`` on random clip batches, as ``T.train_transformer``
+        does but at a constant ``lr``; returns the loss per step."""
+        model = self.ensure_models()
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
+        params = [*model.transformer.parameters(), *model.action.parameters()]
+        for p in params:
+            p.requires_grad_(True)
+        model.transformer.train()
+        model.action.train()
+        n_cond = model.latent_frames(T.CONDITION_FRAMES)
+        probs = None if self.gripper_event_weight == 1.0 else T.clip_sampling_weights(
+            actions.cpu(), self.gripper_event_weight)
+        losses = []
+        try:
+            for _ in range(self.steps):
+                idx = (torch.randint(len(latents), (self.batch_size,), generator=gen)
+                       if probs is None else
+                       torch.multinomial(probs, self.batch_size, replacement=True,
+                                         generator=gen))
+                idx = idx.to(latents.device)
+                loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
+                                           **self.loss_kwargs)
+                losses.append(T._optimizer_step(self.optimizer, loss, params))
+        finally:
+            model.eval().requires_grad_(False)
+        return losses
+
+    def finetune_reward(self, episodes: Sequence[Episode], round_index: int) -> list[float]:
+        """``reward_steps`` steps of class-balanced BCE (scripts/train_reward.py's loss) on the
+        real frames, labelled by the simulator's success predicate. BatchNorm stays in eval
+        mode (its running statistics are kept: a few small batches would skew them)."""
+        if self.reward_steps <= 0:
+            return []
+        net = self.reward.model
+        frames = torch.from_numpy(np.concatenate([ep.frames for ep in episodes]))
+        labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
+        tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
+        # the reward's own task -> embedding-row mapping (None for task-free rewards)
+        task_ids = self.reward._task_ids(tasks, len(tasks))
+        pos = float(labels.sum())
+        pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
+        dev = next(net.parameters()).device
+        gen = torch.Generator().manual_seed(self.seed * 1_000_033 + round_index)
+        net.requires_grad_(True)
+        losses = []
+        try:
+            for _ in range(self.reward_steps):
+                idx = torch.randint(len(labels), (min(self.reward_batch_size, len(labels)),),
+                                    generator=gen)
+                x = frames_to_input(frames[idx], self.reward.config.get("image_size")).to(dev)
+                t = None if task_ids is None else task_ids[idx].to(dev)
+                loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
+                                                          pos_weight=pos_weight.to(dev))
+                losses.append(T._optimizer_step(self.reward_optimizer, loss, net.parameters()))
+        finally:
+            net.eval().requires_grad_(False)
+        return losses
+
+    def run_round(self, policy, datamodule=None, trainer: L.Trainer | None = None,
+                  step: int = 0, device: torch.device | str | None = None) -> dict[str, float]:
+        """One PACE round: collect (rank 0) -> fine-tune (rank 0) -> [broadcast] -> push to
+        ``datamodule``'s env actors (every rank). ``device``: where the world-model copy is
+        built (default ``self.device``, else the CPU). Returns the round's metrics."""
+        t0 = time.perf_counter()
+        world = trainer.world_size if trainer is not None else 1
+        rank0 = trainer.is_global_zero if trainer is not None else True
+        r = self.rounds
+        row: dict[str, float] = {}
+        state = reward_state = None
+        if rank0:  # (other ranks build no world-model copy)
+            self.ensure_models(device)
+            tc = time.perf_counter()
+            episodes = self.collect(policy, r)
+            collect_s = time.perf_counter() - tc
+            latents, actions = self.encode(episodes)
+            before = self.fixed_noise_loss(latents, actions)
+            self._buffer = (self._buffer + [(latents, actions)])[-self.buffer_rounds:]
+            all_lat = torch.cat([b[0] for b in self._buffer])
+            all_act = torch.cat([b[1] for b in self._buffer])
+            tf = time.perf_counter()
+            losses = self.finetune(all_lat, all_act, r)
+            reward_losses = self.finetune_reward(episodes, r)
+            finetune_s = time.perf_counter() - tf
+            after = self.fixed_noise_loss(latents, actions)
+            n_steps = int(sum(len(ep) for ep in episodes))
+            row = {"episodes": len(episodes), "steps": n_steps,
+                   "successes": int(sum(ep.success for ep in episodes)),
+                   "clips": len(latents), "buffer_clips": len(all_lat),
+                   "finetune_loss_first": _window_mean(losses, True),
+                   "finetune_loss": _window_mean(losses, False),
+                   "wm_loss_before": before, "wm_loss_after": after,
+                   "collect_seconds": collect_s, "finetune_seconds": finetune_s}
+            if reward_losses:
+                row.update(reward_loss_first=_window_mean(reward_losses, True),
+                           reward_loss=_window_mean(reward_losses, False))
+            self.losses, self.reward_losses = losses, reward_losses  # for tests / inspection
+            state, reward_state = self.current_state()
+        if world > 1:  # every rank's env actors get rank 0's world model
+            row, state, reward_state = trainer.strategy.broadcast((row, state, reward_state),
+                                                                  src=0)
+            if not rank0:
+                self._received = (state, reward_state)
+        version = self.version + 1
+        push_s = self.push(datamodule, version, state, reward_state)
+        self.version = version
+        self.rounds += 1
+        self.real_episodes += int(row["episodes"])
+        self.real_steps += int(row["steps"])
+        self.real_successes += int(row["successes"])
+        seconds = time.perf_counter() - t0
+        self.seconds += seconds
+        self.last_round_step = step
+        row = {"step": step, "round": r, "version": version, **row,
+               "push_seconds": push_s, "seconds": seconds,
+               "real_episodes_total": self.real_episodes, "real_steps_total": self.real_steps}
+        self.history.append(row)
+        return self.round_metrics(row)
+
+    def push(self, datamodule, version: int, state: dict | None = None,
+             reward_state: dict | None = None) -> float:
+        """The trained weights (default: the copy's current ones) to every env actor of
+        ``datamodule`` as ``version``; seconds (0 without a datamodule)."""
+        if datamodule is None:
+            return 0.0
+        if not hasattr(datamodule, "sync_world_model"):
+            raise TypeError(f"pace: {type(datamodule).__name__} has no sync_world_model: "
+                            "PACE needs the RolloutDataModule")
+        if state is None:
+            state, reward_state = self.current_state()
+        seconds = datamodule.sync_world_model(state, version, reward_state)
+        self._restarts_seen = getattr(datamodule, "actor_restarts", 0)
+        return seconds
+
+    def round_metrics(self, row: dict) -> dict[str, float]:
+        out = {"pace/finetune_loss": row["finetune_loss"],
+               "pace/finetune_loss_first": row["finetune_loss_first"],
+               "pace/wm_loss_before": row["wm_loss_before"],
+               "pace/wm_loss_after": row["wm_loss_after"],
+               "pace/round_real_success": row["successes"] / max(row["episodes"], 1),
+               "pace/seconds": row["seconds"], "pace/push_seconds": row["push_seconds"]}
+        if "reward_loss" in row:
+            out["pace/reward_loss"] = row["reward_loss"]
+        return out
+
+    def counts(self) -> dict[str, float]:
+        """The cumulative simulator budget (logged every training step)."""
+        return {"pace/real_episodes": float(self.real_episodes),
+                "pace/real_steps": float(self.real_steps),
+                "pace/world_model_version": float(self.version),
+                "pace/rounds": float(self.rounds)}
+
+    def summary(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "real_episodes": self.real_episodes,
+                "real_steps": self.real_steps,
+                "real_success": self.real_successes / max(self.real_episodes, 1),
+                "world_model_version": self.version, "seconds": self.seconds,
+                "episodes_per_round": self.episodes, "every_n_steps": self.every_n_steps,
+                "finetune_steps_per_round": self.steps, "scenes": self.scenes,
+                "tasks": self.tasks}
+
+    # ---- hooks -------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.world_size > 1 and any(hasattr(p, "full_tensor")
+                                          for p in pl_module.policy.parameters()):
+            raise RuntimeError("pace: the policy is sharded (FSDP); PACE runs it whole on "
+                               "rank 0 - use a replicated strategy or switch pace off")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.version > 0:  # resumed: the actors loaded the original world model
+            self.push(trainer.datamodule, self.version)
+            self._say(trainer, f"[pace] resumed at world-model version {self.version} "
+                      f"({self.real_episodes} real episodes so far); pushed to the env actors")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        metrics: dict[str, float] = {}
+        dm = trainer.datamodule
+        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 \
+                and step != self.last_round_step:
+            metrics = self.run_round(pl_module.policy, dm, trainer, step, pl_module.device)
+            row = self.history[-1]
+            if trainer.is_global_zero:
+                self._write_row(trainer, row)
+                self._say(trainer, f"[pace] step {step}: round {row['round']} -> world model "
+                          f"v{row['version']}: {row['episodes']} real episodes "
+                          f"({row['steps']} steps, success {row['successes']}/"
+                          f"{row['episodes']}), loss on them {row['wm_loss_before']:.4f} -> "
+                          f"{row['wm_loss_after']:.4f}, {row['seconds']:.0f} s | total "
+                          f"{self.real_episodes} episodes / {self.real_steps} steps")
+        elif self.version > 0 and getattr(dm, "actor_restarts", 0) != self._restarts_seen:
+            # a restarted env actor came back with the original world model
+            self.push(dm, self.version)
+            self._say(trainer, f"[pace] step {step}: an actor was restarted; world model "
+                      f"v{self.version} pushed again")
+        pl_module.log_dict({**self.counts(), **metrics}, on_step=True, batch_size=1)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        s = self.summary()
+        out = self._out(trainer)
+        os.makedirs(out, exist_ok=True)
+        write_text(os.path.join(out, "summary.json"), json.dumps(s, indent=2))
+        self._say(trainer, f"[pace] simulator budget: {s['real_episodes']} real episodes, "
+                  f"{s['real_steps']} control steps in {s['rounds']} rounds (world model "
+                  f"v{s['world_model_version']}, {s['seconds']:.0f} s)")
+
+    # ---- checkpoint --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        sd: dict[str, Any] = {
+            "version": self.version, "rounds": self.rounds,
+            "real_episodes": self.real_episodes, "real_steps": self.real_steps,
+            "real_successes": self.real_successes, "seconds": self.seconds,
+            "last_round_step": self.last_round_step, "history": list(self.history),
+            "world_model": None, "optimizer": None, "reward": None, "reward_optimizer": None}
+        if self.version > 0 and self.model is not None:
+            sd.update(world_model=trained_state(self.model),
+                      optimizer=self.optimizer.state_dict(), reward=self.reward_state(),
+                      reward_optimizer=None if self.reward_optimizer is None
+                      else self.reward_optimizer.state_dict())
+        elif self._pending is not None:  # restored, the copy not built yet: pass it on
+            sd.update({k: self._pending.get(k) for k in
+                       ("world_model", "optimizer", "reward", "reward_optimizer")})
+        elif self._received is not None:  # ranks > 0 (rank 0 writes the checkpoint)
+            sd.update(world_model=self._received[0], reward=self._received[1])
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        sd = state_dict
+        self.version, self.rounds = int(sd["version"]), int(sd["rounds"])
+        self.real_episodes, self.real_steps = int(sd["real_episodes"]), int(sd["real_steps"])
+        self.real_successes, self.seconds = int(sd["real_successes"]), float(sd["seconds"])
+        self.last_round_step = int(sd["last_round_step"])
+        self.history = list(sd["history"])
+        if self.version > 0 and sd.get("world_model") is None:
+            raise RuntimeError(f"pace: the checkpoint says world-model version {self.version} "
+                               "but holds no world-model weights")
+        if self.model is None:
+            self._pending = sd
+        else:
+            self._apply_pending(sd)
+
+    # ---- output ------------------------------------------------------------------------
+    def _out(self, trainer: L.Trainer) -> str:
+        return self.out_dir or os.path.join(trainer.default_root_dir, "pace")
+
+    def _write_row(self, trainer: L.Trainer, row: dict) -> None:
+        out = self._out(trainer)
+        os.makedirs(out, exist_ok=True)
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                 for k, v in row.items()}
+        with open(os.path.join(out, "history.jsonl"), "a") as f:
+            f.write(json.dumps(clean) + "\n")
+
+    def _say(self, trainer: L.Trainer, msg: str) -> None:
+        if self.verbose and trainer.is_global_zero:
+            print(msg, flush=True)
