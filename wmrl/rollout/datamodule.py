@@ -412,19 +412,25 @@ class RolloutDataModule(L.LightningDataModule):
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Send the trainer's weights to every policy actor as ``version``; returns seconds."""
         t0 = time.perf_counter()
+        what = f"weight sync v{version}"
+        self._retry_on_actor_death(what, lambda: self._push(state_dict, version),
+                                   lambda err: self._await_restart(err, what))
+        self.synced_version = version
+        return time.perf_counter() - t0
+
+    def _retry_on_actor_death(self, what: str, call: Any, recover: Any) -> Any:
+        """``call()``; when an actor died, ``recover(err)`` and call again, at most
+        ``max_actor_restarts`` times, then an error naming the actor."""
         for failures in range(self.max_actor_restarts + 1):
             try:
-                self._push(state_dict, version)
-                break
+                return call()
             except ray.exceptions.RayActorError as err:
                 if failures == self.max_actor_restarts:
                     raise RuntimeError(
-                        f"weight sync v{version}: a rollout actor died {failures + 1} times "
-                        f"(rollout.max_actor_restarts={self.max_actor_restarts}); last: "
+                        f"{what}: a rollout actor died {failures + 1} times (rollout."
+                        f"max_actor_restarts={self.max_actor_restarts}); last: "
                         f"{self._describe(err)}") from None
-                self._await_restart(err, f"weight sync v{version}")
-        self.synced_version = version
-        return time.perf_counter() - t0
+                recover(err)
 
     def _push(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         try:
@@ -454,18 +460,11 @@ class RolloutDataModule(L.LightningDataModule):
         t0 = time.perf_counter()
         state_ref = ray.put(state_dict)
         reward_ref = None if reward_state_dict is None else ray.put(reward_state_dict)
-        for failures in range(self.max_actor_restarts + 1):
-            try:
-                got = ray.get([a.load_world_model.remote(state_ref, version, reward_ref)
-                               for a in self.plan.env_actors], timeout=self.step_timeout_s)
-                break
-            except ray.exceptions.RayActorError as err:
-                if failures == self.max_actor_restarts:
-                    raise RuntimeError(
-                        f"world-model sync v{version}: an env actor died {failures + 1} times "
-                        f"(rollout.max_actor_restarts={self.max_actor_restarts}); last: "
-                        f"{self._describe(err)}") from None
-                self._recover(err)  # restarted, its policy weights back; push again
+        got = self._retry_on_actor_death(  # a restarted actor gets its policy back first
+            f"world-model sync v{version}",
+            lambda: ray.get([a.load_world_model.remote(state_ref, version, reward_ref)
+                             for a in self.plan.env_actors], timeout=self.step_timeout_s),
+            self._recover)
         if got != [version] * len(self.plan.env_actors):
             raise RuntimeError(f"world-model sync v{version}: env actors report {got}")
         self.world_model_version = version
