@@ -134,3 +134,17 @@ def expert_actions(task: str, state_id: int, n: int):
         obs, _, term, trunc, _ = e.step(acts[-1])
         done = term or trunc
     return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
+
+
+def count_renders(monkeypatch) -> list:
+    """Patch ``TabletopEnv.render`` to record the env of every call; returns the record."""
+    from wmrl.sim.tabletop import TabletopEnv
+
+    calls, real = [], TabletopEnv.render
+
+    def counted(self):
+        calls.append(id(self))
+        return real(self)
+
+    monkeypatch.setattr(TabletopEnv, "render", counted)
+    return calls

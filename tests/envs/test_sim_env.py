@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from toys import expert_actions
+from toys import count_renders, expert_actions
 
 from wmrl.envs.sim_env import TabletopSimEnv
 from wmrl.sim.expert import ScriptedExpert
@@ -57,20 +57,12 @@ def test_skip_intermediate_renders_changes_nothing_the_contract_returns(monkeypa
     """skip_intermediate_renders (the default) vs rendering every control step: bit-identical
     observations, rewards, done flags and success over whole episodes (success mid-chunk,
     success on a chunk's last step, truncation), for one render per env and chunk."""
-    from wmrl.sim.tabletop import TabletopEnv
-
-    calls = []
-    real = TabletopEnv.render
-
-    def counted(self):
-        calls.append(id(self))
-        return real(self)
-
-    monkeypatch.setattr(TabletopEnv, "render", counted)
+    calls = count_renders(monkeypatch)
     rng = np.random.default_rng(0)
     # envs: state 3 (expert: success at step 23), 3 (random), 1 (expert: step 24), 1 (random)
-    acts = torch.from_numpy(np.stack([expert_actions("red_on_plate", 3, 32), rng.uniform(-1, 1, (32, 7)),
-                                      expert_actions("red_on_plate", 1, 32), rng.uniform(-1, 1, (32, 7))]))
+    acts = torch.from_numpy(np.stack([
+        expert_actions("red_on_plate", 3, 32), rng.uniform(-1, 1, (32, 7)),
+        expert_actions("red_on_plate", 1, 32), rng.uniform(-1, 1, (32, 7))]))
     runs = {}
     for skip in (True, False):
         env = TabletopSimEnv(num_envs=4, group_size=2, chunk=8, max_episode_steps=32,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from toys import expert_actions
+from toys import count_renders, expert_actions
 
 from wmrl.pipeline.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
@@ -220,18 +220,6 @@ def test_step_chunk_and_vec_env():
     vec.close()
 
 
-def _count_renders(monkeypatch) -> list:
-    calls = []
-    real = TabletopEnv.render
-
-    def counted(self):
-        calls.append(id(self))
-        return real(self)
-
-    monkeypatch.setattr(TabletopEnv, "render", counted)
-    return calls
-
-
 def test_skip_intermediate_renders_same_results(monkeypatch):
     """Skipping intermediate renders changes nothing a caller gets from step_chunk but the
     missing info["frames"]: bit-identical obs (uint8 frames) and states, rewards, done flags
@@ -241,7 +229,7 @@ def test_skip_intermediate_renders_same_results(monkeypatch):
     acts = np.stack([expert_actions("red_on_plate", 3, 32),  # success at step 23
                      expert_actions("red_on_plate", 1, 32),  # success at step 24
                      np.random.default_rng(0).uniform(-1, 1, (32, 7))])
-    calls = _count_renders(monkeypatch)
+    calls = count_renders(monkeypatch)
     runs = {}
     for skip in (True, False):
         vec = TabletopVecEnv(3, image_size=32, max_episode_steps=steps,
