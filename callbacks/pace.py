@@ -143,7 +143,6 @@ class PaceCallback(L.Callback):
         self._buffer: list[tuple[torch.Tensor, torch.Tensor]] = []  # (latents, actions)/round
         self._pending: dict | None = None  # weights from load_state_dict, before the build
         self._received: tuple | None = None  # ranks > 0: the weights rank 0 broadcast last
-        self._restarts_seen = 0
         self.losses: list[float] = []  # the last round's fine-tune losses (rank 0)
         self.reward_losses: list[float] = []
 
@@ -386,9 +385,7 @@ class PaceCallback(L.Callback):
                             "PACE needs the RolloutDataModule")
         if state is None:
             state, reward_state = self.current_state()
-        seconds = datamodule.sync_world_model(state, version, reward_state)
-        self._restarts_seen = getattr(datamodule, "actor_restarts", 0)
-        return seconds
+        return datamodule.sync_world_model(state, version, reward_state)
 
     def round_metrics(self, row: dict) -> dict[str, float]:
         out = {"pace/finetune_loss": row["finetune_loss"],
@@ -447,11 +444,6 @@ class PaceCallback(L.Callback):
                           f"{row['episodes']}), loss on them {row['wm_loss_before']:.4f} -> "
                           f"{row['wm_loss_after']:.4f}, {row['seconds']:.0f} s | total "
                           f"{self.real_episodes} episodes / {self.real_steps} steps")
-        elif self.version > 0 and getattr(dm, "actor_restarts", 0) != self._restarts_seen:
-            # a restarted env actor came back with the original world model
-            self.push(dm, self.version)
-            self._say(trainer, f"[pace] step {step}: an actor was restarted; world model "
-                      f"v{self.version} pushed again")
         pl_module.log_dict({**self.counts(), **metrics}, on_step=True, batch_size=1)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

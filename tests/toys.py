@@ -92,7 +92,18 @@ class ReachEnv:
         return self._obs(), rewards, terms, truncs, {"success": self.success.clone()}
 
 
-class CrashingReachEnv(ReachEnv):
+class LearnedReachEnv(ReachEnv):
+    """ReachEnv standing in for a world-model env: it takes new "world-model" weights
+    (``load_world_model_weights``, the contract PACE pushes through) and keeps them."""
+
+    world_model: dict | None = None
+
+    def load_world_model_weights(self, state_dict, version, reward_state_dict=None):
+        self.world_model = state_dict
+        return version
+
+
+class CrashingReachEnv(LearnedReachEnv):
     """ReachEnv whose process dies (``os._exit``, as an OOM kill ends it) in its
     ``crash_at``-th ``chunk_step``. With a ``marker`` path only the first process to get there
     dies (it creates the file atomically), so the restarted actor runs on; without one every

@@ -125,6 +125,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.actor_restarts = 0  # actor deaths recovered from in this run
         self.synced_version: int | None = None  # the version every policy actor holds
         self._actor_names: dict[str, str] = {}  # Ray actor id -> env-0, policy-0, ...
+        self._world_model: tuple | None = None  # (refs, version) of the last PACE push
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
         self.plan: RolloutPlan | None = None
@@ -266,6 +267,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.plan = None
         self.sync_group = None
         self._resets_ahead = None
+        self._world_model = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -382,6 +384,10 @@ class RolloutDataModule(L.LightningDataModule):
         if self.sender.transport not in ("cpu", "ipc"):
             self._connect_sync_group()  # the new process is in no group yet
         self.sender.reset()  # a restarted actor holds no delta base: the next sync is full
+        if self._world_model is not None:  # PACE: the new process built the original model
+            state_ref, reward_ref, version = self._world_model
+            ray.get([a.load_world_model.remote(state_ref, version, reward_ref)
+                     for a in self.plan.env_actors], timeout=self.step_timeout_s)
 
     def _describe(self, err: Exception) -> str:
         """Which actor died and its error's first line."""
@@ -467,7 +473,7 @@ class RolloutDataModule(L.LightningDataModule):
             self._recover)
         if got != [version] * len(self.plan.env_actors):
             raise RuntimeError(f"world-model sync v{version}: env actors report {got}")
-        self.world_model_version = version
+        self._world_model = (state_ref, reward_ref, version)  # for a restarted env actor
         return time.perf_counter() - t0
 
     def world_model_versions(self) -> list[int]:

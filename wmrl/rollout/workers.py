@@ -131,6 +131,7 @@ class RolloutActor:
         self.last_obs: dict[int, dict] = {}  # collocated: the env's obs for the policy
         self.last_actions: dict[int, torch.Tensor] = {}  # and the policy's actions for the env
         self.reset_seeds: dict[int, int] = {}  # stage -> seed of its reset, until it steps
+        self.world_model_version = 0  # PACE pushes (load_world_model); 0: as built
         self.busy: list[tuple[str, float, float]] = []  # (role, start, end) wall clock
         self.reward_s = 0.0  # reward-model time inside env steps (envs that report it)
         self.sync_group: SyncGroup | None = None
@@ -300,14 +301,8 @@ class RolloutActor:
                          reward_state_dict: Any = None) -> int:
         """New world-model (and optionally reward) weights into every env of this actor
         (``WanWorldModelEnv.load_world_model_weights``); returns the version they all hold.
-        The weights may come as dicts or as Ray object refs (one ``ray.put`` for all actors:
-        Ray resolves a top-level ref argument before the call)."""
-        import ray
-
-        if isinstance(state_dict, ray.ObjectRef):
-            state_dict = ray.get(state_dict)
-        if isinstance(reward_state_dict, ray.ObjectRef):
-            reward_state_dict = ray.get(reward_state_dict)
+        The DataModule passes one ``ray.put`` ref to all actors; Ray resolves a top-level ref
+        argument to the dict before the call."""
         if not self.envs or not all(hasattr(e, "load_world_model_weights") for e in self.envs):
             kinds = sorted({type(e).__name__ for e in self.envs}) or ["no env"]
             raise TypeError(f"{self.name}: {kinds} cannot load world-model weights (PACE needs "
@@ -325,7 +320,7 @@ class RolloutActor:
 
     def get_world_model_version(self) -> int:
         """The world-model version this actor's envs hold (0: as built from the config)."""
-        return getattr(self, "world_model_version", 0)
+        return self.world_model_version
 
     def env_model_state(self, stage: int = 0) -> dict[str, Any]:
         """Env ``stage``'s world-model and reward weights as CPU tensors (checks, debugging)."""
