@@ -13,6 +13,7 @@ import lightning as L
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
+from wmrl.atomic import atomic_path
 from wmrl.interfaces import PolicyTrainer
 from wmrl.pipeline.evaluate import evaluate_policy, save_gif, save_success_plot
 from wmrl.sim.tabletop import TASK_NAMES
@@ -35,14 +36,26 @@ class SimEvalCallback(L.Callback):
     ``<out_dir>`` (default ``<trainer.default_root_dir>/sim_eval``) and, with a WandbLogger,
     logs them as ``wandb.Video`` / ``wandb.Image``; at train end ``history.jsonl`` and
     ``success_vs_step.png`` also go to the wandb run as one artifact (type ``sim_eval``).
-    ``history`` keeps every result."""
+    ``history`` keeps every result.
+
+    ``unseen_eval_seeds``: {name: eval_seed} of further scene sets (the same number of scenes,
+    drawn with another seed, so the world model never started from them), scored at train
+    start and end only and logged as ``sim_<name>/success``: whether a gain carries over to
+    scenes the policy never trained on."""
 
     def __init__(self, every_n_steps: int = 10, episodes_per_task: int = 70,
                  tasks: list[str] | None = None, temperature: float = 1.0, seed: int = 0,
                  num_envs: int = 16, num_videos: int = 3, env: dict | None = None,
-                 out_dir: str | None = None, at_start: bool = True, at_end: bool = True):
+                 out_dir: str | None = None, at_start: bool = True, at_end: bool = True,
+                 unseen_eval_seeds: dict[str, int] | None = None):
         if every_n_steps < 0:
             raise ValueError(f"SimEvalCallback.every_n_steps must be >= 0, got {every_n_steps}")
+        self.unseen_eval_seeds = {str(k): int(v) for k, v in (unseen_eval_seeds or {}).items()}
+        train_seed = int((env or {}).get("eval_seed", 0))
+        for name, s in self.unseen_eval_seeds.items():
+            if s == train_seed:
+                raise ValueError(f"callbacks.sim_eval.unseen_eval_seeds.{name}={s} is the "
+                                 "training scenes' eval_seed: pick another seed")
         self.every_n_steps = every_n_steps
         self.eval_kwargs = dict(tasks=list(tasks or TASK_NAMES),
                                 episodes_per_task=episodes_per_task, temperature=temperature,
@@ -53,10 +66,18 @@ class SimEvalCallback(L.Callback):
         self.history: list[dict] = []
         self._last_step = -1
 
+    # ---- state: the eval history survives a resume (history.jsonl is rewritten from it) --
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history, "last_step": self._last_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", []))
+        self._last_step = int(state_dict.get("last_step", -1))
+
     # ---- hooks ------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_start:
-            self._run(trainer, pl_module)
+            self._run(trainer, pl_module, unseen=True)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -66,14 +87,18 @@ class SimEvalCallback(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.at_end:
-            self._run(trainer, pl_module)
+            self._run(trainer, pl_module, unseen=True)
         self._log_artifact(trainer)
 
     # ---- work ---------------------------------------------------------------------------
     @rank_zero_only
-    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule,
+             unseen: bool = False) -> None:
         step = trainer.global_step
         if step == self._last_step:  # e.g. the last periodic eval is also the end
+            if unseen and self.unseen_eval_seeds and self.history and not any(
+                    k.startswith("sim_") for k in self.history[-1]):
+                self._run_unseen(trainer, pl_module, self.history[-1])
             return
         self._last_step = step
         res = evaluate_policy(pl_module.policy, **self.eval_kwargs)
@@ -83,12 +108,10 @@ class SimEvalCallback(L.Callback):
         if wm is not None:
             row["wm/success"] = wm
         self.history.append(row)
-        out = self._out_dir(trainer)
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "history.jsonl"), "a") as f:
-            f.write(json.dumps(row) + "\n")
         for lg in trainer.loggers:
             lg.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
+        out = self._out_dir(trainer)
+        os.makedirs(out, exist_ok=True)
         paths = [save_gif(fr, os.path.join(out, f"step{step:06d}_{task}_{i}_"
                                                 f"{'ok' if ok else 'fail'}.gif"))
                  for i, (task, fr, ok) in enumerate(res.videos)]
@@ -99,6 +122,32 @@ class SimEvalCallback(L.Callback):
               + f" ({res.episodes} episodes, {res.seconds:.0f} s)"
               + ("" if wm is None else f" | world model's success since last eval {wm:.3f}"),
               flush=True)
+        if unseen and self.unseen_eval_seeds:
+            self._run_unseen(trainer, pl_module, row)
+        else:
+            self._write_history(trainer)
+
+    def _run_unseen(self, trainer: L.Trainer, pl_module: L.LightningModule, row: dict) -> None:
+        """Score the unseen scene sets into ``row`` (the eval of this step) and log them."""
+        extra = {}
+        for name, eval_seed in self.unseen_eval_seeds.items():
+            kw = {**self.eval_kwargs, "num_videos": 0,
+                  "env": {**self.eval_kwargs["env"], "eval_seed": eval_seed}}
+            res = evaluate_policy(pl_module.policy, **kw)
+            extra.update({**res.metrics(f"sim_{name}"), f"sim_{name}/eval_seed": eval_seed})
+            print(f"[sim eval] step {row['step']}: {name} scenes (eval_seed {eval_seed}): "
+                  f"success {res.overall:.3f} ({res.episodes} episodes, {res.seconds:.0f} s)",
+                  flush=True)
+        row.update(extra)
+        for lg in trainer.loggers:
+            lg.log_metrics(extra, step=row["step"])
+        self._write_history(trainer)
+
+    def _write_history(self, trainer: L.Trainer) -> None:
+        """``history.jsonl``: every eval so far, rewritten whole (atomically)."""
+        out = self._out_dir(trainer)
+        with atomic_path(os.path.join(out, "history.jsonl")) as tmp, open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in self.history)
 
     def _out_dir(self, trainer: L.Trainer) -> str:
         if self.out_dir:

@@ -12,6 +12,7 @@ from wmrl.interfaces import PolicyTrainer
 FIELDS = (  # (metric key, label, format)
     ("rollout/return", "return", "{:.3f}"),
     ("rollout/success", "success", "{:.2f}"),
+    ("wm/fragile_success", "fragile", "{:.2f}"),
     ("rollout/zero_var_groups", "zero-var groups", "{:.2f}"),
     ("train/loss", "loss", "{:+.4f}"),
     ("train/approx_kl", "kl", "{:.2e}"),

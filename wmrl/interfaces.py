@@ -123,6 +123,9 @@ class TrajectoryBatch:
         success    bool    [N]               success at any step of the episode
         task       list[str] of N
         version    int                       policy weight version every sample used
+        resample_success bool [N] or None    the env's second verdict on each episode's last
+                                             chunk, imagined again from other noise (None:
+                                             the env has no resample check)
 
     Arrays are numpy inside the rollout engine and torch tensors (``to_torch``) after it.
     """
@@ -135,6 +138,7 @@ class TrajectoryBatch:
     success: Any
     task: list[str]
     version: int
+    resample_success: Any = None
 
     ARRAYS = ("image", "tokens", "logprobs", "rewards", "dones", "success")
 

@@ -46,6 +46,24 @@ from wmrl.interfaces import RolloutSource, TrajectoryBatch
 from wmrl.tracing import Tracer
 
 
+def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str, float]:
+    """The world model's second opinion on a batch (``env.resample_check``), no simulator:
+
+    * ``wm/resample_agreement`` = mean 1[success_i == resampled_i];
+    * ``wm/fragile_success`` = P(resampled fails | imagined success): the share of the
+      policy's imagined wins that the same last chunk, imagined again from other noise, does
+      not repeat (0 when nothing succeeded);
+    * ``wm/resample_success`` = mean resampled_i.
+    """
+    success, resampled = success.bool(), resampled.bool()
+    n_ok = int(success.sum())
+    return {
+        "wm/resample_agreement": (success == resampled).float().mean().item(),
+        "wm/fragile_success": (success & ~resampled).sum().item() / n_ok if n_ok else 0.0,
+        "wm/resample_success": resampled.float().mean().item(),
+    }
+
+
 class GRPOModule(L.LightningModule):
     def __init__(
         self,
@@ -158,6 +176,8 @@ class GRPOModule(L.LightningModule):
             "rollout/kept_groups": keep.float().mean().item(),
             "rollout/zero_var_groups": 1.0 - keep.float().mean().item(),
         }
+        if batch.resample_success is not None:
+            metrics.update(resample_metrics(batch.success, batch.resample_success))
         rows = keep.nonzero().squeeze(1)
         token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
         world = self.trainer.world_size

@@ -203,3 +203,65 @@ def test_hydra_instantiate_tiny_config(tmp_path):
     obs = env.reset(seed=0)
     assert obs["image"].shape == (4, 32, 32, 3)
     assert env.num_envs == 4 and env.group_size == 2 and env.chunk == 8
+
+
+def test_resample_check_leaves_trajectories_and_is_a_second_draw(states_dir):
+    """The check redraws an ending episode's last chunk from its own RNG stream: the
+    trajectory is unchanged, and the verdict is the one a plain env gives with that noise."""
+    with_check = make_env(states_dir, resample_check=True, max_episode_steps=24)
+    plain = make_env(states_dir, max_episode_steps=24)
+    for env in (with_check, plain):
+        env.reset(seed=3)
+    for k in range(3):
+        a, b = with_check.chunk_step(actions(k)), plain.chunk_step(actions(k))
+        assert torch.equal(a[0]["image"], b[0]["image"]) and torch.equal(a[1], b[1])
+        assert torch.equal(a[4]["success"], b[4]["success"])
+    assert "resample_success" in a[4] and "resample_success" not in b[4]
+
+    # one-chunk episodes: every env ends at chunk 1, so each gets one resample. A plain env
+    # whose main noise stream is the check's stream must reach the same verdicts.
+    probe = make_env(states_dir, max_episode_steps=8)
+    probe.reset(seed=5)
+    maxima = probe.chunk_step(actions(0))[4]["scores"].max(1).values
+    threshold = float(maxima.median())  # a threshold between the envs' chunk maxima
+    env = make_env(states_dir, resample_check=True, max_episode_steps=8,
+                   success_threshold=threshold)
+    twin = make_env(states_dir, max_episode_steps=8, success_threshold=threshold)
+    env.reset(seed=5)
+    twin.reset(seed=5)
+    twin._noise_rng.set_state(env._check_rng.get_state())
+    info = env.chunk_step(actions(0))[4]
+    twin_scores = twin.chunk_step(actions(0))[4]["scores"]
+    expect = twin_scores.max(1).values >= threshold
+    assert torch.equal(info["resample_success"], expect)
+    assert 0 < int(expect.sum()) < 4 or 0 < int(info["success"].sum()) < 4
+    assert torch.equal(info["success"], maxima >= threshold)  # the main draw: as the probe's
+
+
+@pytest.mark.parametrize("read", ["min", "mean"])
+def test_resample_return_reads_both_draws(states_dir, read):
+    """return = 5 * min (mean) of the two draws' last-frame scores; one-chunk episodes."""
+    env = make_env(states_dir, resample_check=True, resample_return=read, use_rel_reward=True,
+                   max_episode_steps=8)
+    plain = make_env(states_dir, use_rel_reward=True, max_episode_steps=8)
+    twin = make_env(states_dir, use_rel_reward=True, max_episode_steps=8)
+    for e in (env, plain, twin):
+        e.reset(seed=5)
+    twin._noise_rng.set_state(env._check_rng.get_state())
+    _, r, _, _, info = env.chunk_step(actions(0))
+    first = plain.chunk_step(actions(0))[4]["scores"][:, -1]
+    second = twin.chunk_step(actions(0))[4]["scores"][:, -1]
+    expect = torch.minimum(first, second) if read == "min" else (first + second) / 2
+    assert torch.allclose(r.sum(1), 5 * expect, atol=1e-5)
+    assert torch.allclose(info["return"], 5 * expect, atol=1e-5)
+    assert not torch.allclose(first, second)  # the two draws differ: the test can fail
+    with pytest.raises(ValueError, match="resample_check=true"):
+        make_env(states_dir, resample_return=read, use_rel_reward=True)
+
+
+def test_resample_check_refuses_a_stateful_reward(states_dir):
+    class WithHistory(Brightness):
+        stateful = True
+
+    with pytest.raises(ValueError, match="env.resample_check=false"):
+        make_env(states_dir, resample_check=True, reward=WithHistory())

@@ -23,6 +23,16 @@ One ``chunk_step(actions [B, 8, 7])``:
 Finished envs are not generated any more: the model runs only on the active rows, outputs keep
 their [B, ...] shapes (zeros for finished rows, their last frame as observation).
 
+``resample_check`` (a signal of exploitation that needs no simulator): when an episode ends
+(imagined success or truncation), its last chunk is imagined once more from independent noise
+(its own RNG stream, so trajectories are unchanged) and scored; info["resample_success"] [B]
+is that second verdict. A policy that wins by the world model's luck rather than by its actions
+has imagined successes that a second draw does not repeat (``wm/fragile_success``). Costs one
+extra chunk per episode. ``resample_return`` (``min`` | ``mean``, rel reward only) also lets
+that second draw into the return: the episode's last step reward is shifted so the return is
+coef * min (or mean) of the two draws' last-frame scores instead of the first draw's alone, a
+pessimistic (or averaged) reading of the chunk that decides the episode.
+
 ``fast_path`` (default on) keeps results bit-identical to the plain path (tested) and only
 removes overhead: frames stay on the device as uint8, uint8 -> [-1, 1] is a 256-entry table
 built on the host with the same NumPy expression the plain path uses, the anchor frame's VAE
@@ -90,6 +100,8 @@ class WanWorldModelEnv:
         action_dim: int = 7,
         max_regenerations: int = 3,
         return_frames: bool = False,
+        resample_check: bool = False,
+        resample_return: str | None = None,
         device: str = "cpu",
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
@@ -111,6 +123,16 @@ class WanWorldModelEnv:
         self.kir_reset, self.action_dim = kir_reset, action_dim
         self.max_regenerations, self.height, self.width = max_regenerations, height, width
         self.seed, self.return_frames = seed, return_frames
+        self.resample_check, self.resample_return = resample_check, resample_return
+        if resample_return not in (None, "min", "mean"):
+            raise ValueError(f"env.resample_return must be null, min or mean; got "
+                             f"{resample_return!r}")
+        if resample_return and not (resample_check and use_rel_reward):
+            raise ValueError("env.resample_return needs env.resample_check=true and "
+                             "env.use_rel_reward=true")
+        if resample_check and getattr(self.reward_model, "stateful", False):
+            raise ValueError("env.resample_check=true needs a stateless reward (this one keeps "
+                             "a frame history per env): set env.resample_check=false")
 
         r = self.model.temporal_ratio
         if (condition_frames - 1) % r or chunk % r:
@@ -130,16 +152,19 @@ class WanWorldModelEnv:
         )
         self._reset_rng = torch.Generator()
         self._noise_rng = torch.Generator(device=self.device)
+        self._check_rng = torch.Generator(device=self.device)
         self._seed_rngs(seed)
         self._has_reset = False
         self._anchor = None
         self._offloaded = False
-        self.timings = {"chunk_step": 0.0, "model": 0.0, "reward": 0.0, "calls": 0}
+        self.timings = {"chunk_step": 0.0, "model": 0.0, "reward": 0.0, "check": 0.0,
+                        "calls": 0}
 
     # ------------------------------------------------------------------ helpers
     def _seed_rngs(self, seed: int) -> None:
         seed_reset_generator(self._reset_rng, seed)
         self._noise_rng.manual_seed(int(seed))
+        self._check_rng.manual_seed((int(seed) * 7 + 104_729) % (2**63 - 1))
 
     def _to_unit(self, frames) -> torch.Tensor:
         """uint8 [b, T, H, W, 3] (device tensor on the fast path, numpy on the plain path)
@@ -197,6 +222,7 @@ class WanWorldModelEnv:
         self._elapsed = torch.zeros(b, dtype=torch.long, device=dev)
         self._returns = torch.zeros(b, device=dev)
         self._prev_scaled = torch.zeros(b, device=dev)
+        self._resample_success = torch.zeros(b, dtype=torch.bool, device=dev)
         self._gen_latents = None
         if hasattr(self.reward_model, "reset"):
             self.reward_model.reset()  # new episodes: drop per-env reward history
@@ -328,6 +354,22 @@ class WanWorldModelEnv:
             self._success[rows] |= success
             self._done[rows] |= success | trunc
             self._returns[rows] += rewards[rows].sum(1)
+            ending = (success | trunc).nonzero().flatten()
+            if self.resample_check and ending.numel():
+                tc = time.perf_counter()
+                ended = rows[ending]
+                again = self._resample_scores(
+                    cond[ending], full_actions[ending], ended,
+                    [self._tasks[i] for i in rows_np[ending.cpu().numpy()].tolist()])
+                self._resample_success[ended] = again.max(1).values >= self.success_threshold
+                if self.resample_return:
+                    first, second = scores[ending, -1], again[:, -1]
+                    read = torch.minimum(first, second) if self.resample_return == "min" \
+                        else (first + second) / 2
+                    shift = self.reward_coef * (read - first)
+                    rewards[ended, -1] += shift
+                    self._returns[ended] += shift
+                self.timings["check"] += time.perf_counter() - tc
         self.timings["chunk_step"] += time.perf_counter() - t0
         self.timings["calls"] += 1
         info: dict[str, Any] = {
@@ -340,7 +382,21 @@ class WanWorldModelEnv:
         }
         if chunk_frames is not None:
             info["frames"] = chunk_frames
+        if self.resample_check:
+            info["resample_success"] = self._resample_success.clone()
         return self._obs(), rewards, terms, truncs, info
+
+    def _resample_scores(self, cond: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor,
+                         tasks: list[str]) -> torch.Tensor:
+        """Reward scores [len(rows), chunk] of the same chunk imagined again from independent
+        noise (``resample_check``); a non-finite draw scores as a black frame."""
+        c, (h, w) = self.model.latent_channels, self.latent_hw
+        noise = torch.randn((self.num_envs, c, self.new_latents, h, w),
+                            generator=self._check_rng, device=self.device)[rows]
+        new = self.model.generate(cond, actions, noise, self.num_inference_steps)
+        video = self.model.decode(torch.cat([cond, new], 2))[:, :, self.condition_frames:]
+        frames = unit_to_u8_torch(video.permute(0, 2, 3, 4, 1).nan_to_num(-1.0))
+        return self._score(frames, tasks, rows)
 
     def _score(self, frames: torch.Tensor, tasks: list[str], rows: torch.Tensor) -> torch.Tensor:
         # a stateful reward (frame history per env, e.g. TOPReward) must know which env each
@@ -355,7 +411,7 @@ class WanWorldModelEnv:
 
     # ------------------------------------------------------------------ memory
     _STATE_TENSORS = ("_cond_actions", "_done", "_success", "_elapsed", "_returns",
-                      "_prev_scaled", "_gen_latents", "_u8_table")
+                      "_prev_scaled", "_resample_success", "_gen_latents", "_u8_table")
 
     def _move_state(self, device) -> None:
         for name in self._STATE_TENSORS:
@@ -396,6 +452,7 @@ class WanWorldModelEnv:
         sd: dict[str, Any] = {
             "reset_rng": self._reset_rng.get_state(),
             "noise_rng": self._noise_rng.get_state(),
+            "check_rng": self._check_rng.get_state(),
             "has_reset": self._has_reset,
         }
         if self._has_reset:
@@ -415,6 +472,8 @@ class WanWorldModelEnv:
         self.onload()
         self._reset_rng.set_state(sd["reset_rng"])
         self._noise_rng.set_state(sd["noise_rng"])
+        if "check_rng" in sd:
+            self._check_rng.set_state(sd["check_rng"])
         self._has_reset = sd["has_reset"]
         if not self._has_reset:
             return

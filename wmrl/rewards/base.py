@@ -22,6 +22,8 @@ class LazyRewardModel:
     first, so the env never scores on the wrong device by accident.
     """
 
+    stateful = False  # True: keeps per-env history across calls (a call is not repeatable)
+
     def __init__(self, device: str | torch.device = "cpu") -> None:
         self.device = torch.device(device)
         self._model: nn.Module | None = None

@@ -114,6 +114,8 @@ class VideoPrep:
 class TOPReward(LazyRewardModel):
     """Frozen Qwen3-VL success judge; ``reward(frames [B, C, H, W, 3], tasks) -> [B, C]``."""
 
+    stateful = True  # the frame history per env
+
     def __init__(self, model_path: str, window: int = 16, threshold: float = 0.46,
                  binary: bool = True, video_fps: float = 20.0, device: str = "cpu",
                  dtype: str = "auto", attn_implementation: str = "sdpa",

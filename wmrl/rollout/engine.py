@@ -117,7 +117,9 @@ def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epo
 def assemble(samples: list[dict], steps: list[dict]) -> dict[str, Any]:
     """K per-chunk records of one env stage -> [B, K, ...] trajectory arrays."""
     b = samples[0]["tokens"].shape[0]
+    checked = all("resample_success" in s for s in steps)
     return {
+        "resample_success": steps[-1]["resample_success"] if checked else None,
         "image": np.stack([s["image"] for s in samples], axis=1),
         "tokens": np.stack([s["tokens"] for s in samples], axis=1).astype(np.int64),
         "logprobs": np.stack([s["logprobs"] for s in samples], axis=1),
@@ -135,8 +137,11 @@ def concat(parts: list[dict[str, Any]]) -> TrajectoryBatch:
     if len(versions) != 1:
         raise RuntimeError(f"one rollout batch mixed policy weight versions {sorted(versions)}")
     arrays = {k: np.concatenate([p[k] for p in parts], axis=0) for k in TrajectoryBatch.ARRAYS}
+    checks = [p["resample_success"] for p in parts]
     return TrajectoryBatch(**arrays, task=[t for p in parts for t in p["task"]],
-                           version=versions.pop())
+                           version=versions.pop(),
+                           resample_success=None if any(c is None for c in checks)
+                           else np.concatenate(checks))
 
 
 def busy_breakdown(intervals: list[tuple[str, float, float]], start: float,

@@ -220,6 +220,8 @@ class RolloutActor:
             "truncations": torch.as_tensor(truncs).bool().cpu().numpy(),
             "success": torch.as_tensor(info["success"]).bool().cpu().numpy(),
         }
+        if "resample_success" in info:  # the env's resample check (a signal of exploitation)
+            record["resample_success"] = torch.as_tensor(info["resample_success"]).bool().cpu().numpy()
         self.busy.append(("env", t0, time.time()))
         return self._hand_over(stage, obs), record
 

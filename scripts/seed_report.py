@@ -1,0 +1,127 @@
+"""Learning figures over training seeds: what RL in the world model bought, as a distribution.
+
+    python scripts/fit.py -m seed=0,1,2 logger=csv hydra.sweep.dir=multirun/fit
+    python scripts/seed_report.py multirun/fit/*        # one run dir per seed
+
+Reads each run's ``sim_eval/history.jsonl`` (``SimEvalCallback``) and, for the exploitation
+signal, its csv log. Prints one line per run, then the mean +- standard error over runs
+(SE = sample std / sqrt(n)), and one JSON line with every figure:
+
+* ``gain_train``: simulator success at the last eval minus step 0, on the scenes the world
+  model starts from (the training scenes); ``gain_unseen``: the same on the unseen scene set
+  (``callbacks.sim_eval.unseen_eval_seeds``), scored at start and end only;
+* ``wm_gap``: world model's success (its rollouts since the previous eval) minus the
+  simulator's at each eval after step 0; ``max_abs_wm_gap`` the largest over evals;
+* ``signal``: Pearson r, over every (run, eval interval), of the interval's mean
+  ``--signal`` metric (default ``wm/fragile_success``, ``env.resample_check``) against the
+  interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number
+  tracks the world model running away from the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from wmrl.run_logs import RunLogError, pearson, read_metric  # noqa: E402
+
+
+def read_history(run: str) -> list[dict]:
+    path = os.path.join(run, "sim_eval", "history.jsonl")
+    if not os.path.isfile(path):
+        raise RunLogError(f"{run}: no sim_eval/history.jsonl (a fit with callbacks.sim_eval on)")
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if len(rows) < 2 or rows[0]["step"] != 0:
+        raise RunLogError(f"{path}: needs the step-0 eval and at least one more")
+    return rows
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    v = np.asarray(values, dtype=float)
+    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return float(v.mean()), se
+
+
+def run_figures(run: str, signal: str) -> dict:
+    rows = read_history(run)
+    first, last = rows[0], rows[-1]
+    out = {"run": run, "steps": [r["step"] for r in rows],
+           "sim": [r["sim/success"] for r in rows],
+           "gain_train": last["sim/success"] - first["sim/success"]}
+    unseen = sorted({k.split("/")[0] for k in first if k.startswith("sim_")
+                     and k.endswith("/success")})
+    for name in unseen:  # e.g. sim_unseen -> gain_unseen
+        key = f"{name}/success"
+        if key in last:
+            out[f"gain_{name.removeprefix('sim_')}"] = last[key] - first[key]
+            out[name] = [first[key], last[key]]
+    out["wm_gap"] = [r["wm/success"] - r["sim/success"] for r in rows[1:] if "wm/success" in r]
+    try:
+        series = read_metric(run, signal)
+    except RunLogError:
+        series = None
+    out["signal"] = []
+    if series is not None:
+        for prev, cur in zip(rows, rows[1:]):
+            inside = (series.steps > prev["step"]) & (series.steps <= cur["step"])
+            out["signal"].append(float(series.values[inside].mean()) if inside.any()
+                                 else float("nan"))
+    return out
+
+
+def report(runs: list[str], signal: str = "wm/fragile_success") -> dict:
+    per_run = [run_figures(r, signal) for r in runs]
+    summary: dict = {"runs": len(per_run), "signal_metric": signal}
+    for key in sorted({k for r in per_run for k in r if k.startswith("gain_")}):
+        vals = [r[key] for r in per_run if key in r]
+        m, se = mean_se(vals)
+        summary[key] = {"mean": m, "se": se, "min": float(min(vals)), "values": vals}
+    gaps = [g for r in per_run for g in r["wm_gap"]]
+    summary["max_abs_wm_gap"] = float(max(map(abs, gaps))) if gaps else float("nan")
+    pts = [(s, g, b - a) for r in per_run if r["signal"]
+           for s, g, a, b in zip(r["signal"], r["wm_gap"], r["sim"], r["sim"][1:])
+           if math.isfinite(s)]
+    if pts:
+        s, g, d = map(list, zip(*pts))
+        summary["signal_vs_wm_gap_r"] = pearson(s, g)
+        summary["signal_vs_sim_gain_r"] = pearson(s, d)
+        summary["signal_points"] = len(pts)
+    return {"per_run": per_run, "summary": summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="run dirs of scripts/fit.py (one per seed)")
+    ap.add_argument("--signal", default="wm/fragile_success",
+                    help="a per-step metric to relate to the world model / simulator gap")
+    args = ap.parse_args(argv)
+    try:
+        res = report(args.runs, args.signal)
+    except RunLogError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for r in res["per_run"]:
+        evals = " ".join(f"{s}:{100 * v:.1f}" for s, v in zip(r["steps"], r["sim"]))
+        extra = "".join(f" | {k} {100 * v:+.1f}" for k, v in r.items()
+                        if k.startswith("gain_") and k != "gain_train")
+        gaps = " ".join(f"{100 * g:+.1f}" for g in r["wm_gap"])
+        print(f"{r['run']}: sim {evals} | gain {100 * r['gain_train']:+.1f}{extra} | "
+              f"wm - sim {gaps}")
+    for key, v in res["summary"].items():
+        if isinstance(v, dict):
+            print(f"{key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points (mean +- SE, "
+                  f"n={len(v['values'])}, min {100 * v['min']:+.1f})")
+    print(json.dumps(res["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""scripts/seed_report.py on synthetic run dirs whose figures are known by construction."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("seed_report",
+                                              os.path.join(ROOT, "scripts", "seed_report.py"))
+seed_report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seed_report)
+
+
+def make_run(root, name, sim, unseen, wm, fragile):
+    """sim: success at steps 0/10/20; unseen: at 0 and 20; wm: the world model's at 10/20;
+    fragile: the signal, constant within each interval."""
+    run = root / name
+    (run / "sim_eval").mkdir(parents=True)
+    rows = [{"step": 0, "sim/success": sim[0], "sim_unseen/success": unseen[0]},
+            {"step": 10, "sim/success": sim[1], "wm/success": wm[0]},
+            {"step": 20, "sim/success": sim[2], "wm/success": wm[1],
+             "sim_unseen/success": unseen[1]}]
+    (run / "sim_eval" / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    csv_dir = run / "csv" / "version_0"
+    csv_dir.mkdir(parents=True)
+    lines = ["step,wm/fragile_success"] + [f"{s},{fragile[(s - 1) // 10]}" for s in range(1, 21)]
+    (csv_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return str(run)
+
+
+def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
+    runs = [make_run(tmp_path, "s0", [0.40, 0.45, 0.50], [0.42, 0.50], [0.30, 0.60], [0.1, 0.3]),
+            make_run(tmp_path, "s1", [0.40, 0.42, 0.46], [0.42, 0.46], [0.35, 0.50], [0.1, 0.2]),
+            make_run(tmp_path, "s2", [0.40, 0.48, 0.54], [0.42, 0.54], [0.40, 0.44], [0.0, 0.1])]
+    res = seed_report.report(runs)["summary"]
+    # gains 0.10, 0.06, 0.14: mean 0.10, sample std 0.04, SE 0.04 / sqrt(3)
+    assert res["gain_train"]["mean"] == pytest.approx(0.10)
+    assert res["gain_train"]["se"] == pytest.approx(0.04 / math.sqrt(3))
+    assert res["gain_train"]["min"] == pytest.approx(0.06)
+    assert res["gain_unseen"]["values"] == pytest.approx([0.08, 0.04, 0.12])
+    # wm - sim: -0.15, +0.10 | -0.07, +0.04 | -0.08, -0.10 -> largest |gap| 0.15
+    assert res["max_abs_wm_gap"] == pytest.approx(0.15)
+    # 6 (signal, gap) points; by hand: r = corrcoef of these
+    sig = [0.1, 0.3, 0.1, 0.2, 0.0, 0.1]
+    gap = [-0.15, 0.10, -0.07, 0.04, -0.08, -0.10]
+    import numpy as np
+
+    assert res["signal_points"] == 6
+    assert res["signal_vs_wm_gap_r"] == pytest.approx(np.corrcoef(sig, gap)[0, 1])
+    assert seed_report.main(runs) == 0
+    out = capsys.readouterr().out
+    assert "gain_train: +10.0 +- 2.3 points (mean +- SE, n=3, min +6.0)" in out
+
+
+def test_missing_history_is_named(tmp_path, capsys):
+    assert seed_report.main([str(tmp_path)]) == 2
+    assert "sim_eval/history.jsonl" in capsys.readouterr().err
