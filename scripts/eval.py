@@ -1,8 +1,12 @@
-"""Evaluate a policy in the tabletop simulator (success_once on fixed initial states).
+"""Evaluate a policy in the tabletop simulator or LIBERO (success_once on fixed initial states).
 
     python scripts/eval.py                                           # shipped SFT policy
     python scripts/eval.py ckpt_path=outputs/.../checkpoints/last.ckpt  # after GRPO
     python scripts/eval.py policy.pretrained_path=DIR temperature=1.6 num_videos=2 out_dir=OUT
+    python scripts/eval.py sim=libero tasks=[libero_spatial/0,libero_goal/3] policy=...  # LIBERO
+
+``sim=libero`` (conf/sim/libero.yaml, ``make libero``) swaps the tabletop (``env``) for LIBERO's
+50 fixed initial states per task; ``tasks`` then names LIBERO tasks (a suite alone: all of it).
 
 The policy is built from the ``policy`` config group; ``ckpt_path`` then loads a Lightning
 checkpoint written by ``scripts/fit.py`` (GRPOModule state dict, keys ``policy.<...>``) into
@@ -92,11 +96,13 @@ def run(cfg: dict) -> dict:
     torch.set_num_threads(int(cfg.get("threads") or 1))
     policy = load_policy(cfg["policy"], cfg.get("ckpt_path"))
     repeats = int(cfg.get("repeats") or 1)
+    sim = cfg.get("sim")  # another simulator's vector env spec (sim=libero); None: the tabletop
     res = evaluate_policy(policy, tasks=list(cfg["tasks"]),
                           episodes_per_task=int(cfg["episodes_per_task"]),
                           temperature=float(cfg["temperature"]), seed=int(cfg["seed"]),
                           num_envs=int(cfg["num_envs"]), repeats=repeats,
-                          num_videos=int(cfg.get("num_videos") or 0), env=dict(cfg["env"]))
+                          num_videos=int(cfg.get("num_videos") or 0),
+                          env=None if sim else dict(cfg["env"]), vec_env=sim)
     out = {"success": res.overall, "per_task": res.success, "episodes": res.episodes,
            "temperature": float(cfg["temperature"]), "seconds": round(res.seconds, 1),
            "ckpt_path": cfg.get("ckpt_path"),
@@ -108,7 +114,8 @@ def run(cfg: dict) -> dict:
     if cfg.get("out_dir"):
         os.makedirs(cfg["out_dir"], exist_ok=True)
         for i, (task, frames, ok) in enumerate(res.videos):
-            save_gif(frames, os.path.join(cfg["out_dir"], f"{task}_{i}_{'ok' if ok else 'fail'}"
+            name = task.replace("/", "-")  # LIBERO's "<suite>/<id>"
+            save_gif(frames, os.path.join(cfg["out_dir"], f"{name}_{i}_{'ok' if ok else 'fail'}"
                                                           ".gif"))
         with open(os.path.join(cfg["out_dir"], "results.json"), "w") as f:
             json.dump(out, f, indent=2)

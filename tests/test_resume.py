@@ -47,9 +47,8 @@ def test_default_fit_with_sim_eval_twice_is_bit_identical(tmp_path, ray_local):
     weights, the same evals and the same exploitation signal."""
     import json
 
-    from hydra import compose, initialize_config_dir
-
     from conftest import CONF_DIR
+    from hydra import compose, initialize_config_dir
 
     for name in ("a", "b"):
         with initialize_config_dir(CONF_DIR, version_base="1.3"):

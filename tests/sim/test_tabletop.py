@@ -358,32 +358,6 @@ def test_policy_action_source_chunks():
     assert all(zz[-1] > zz[0] + 0.08 for zz in z)
 
 
-def test_libero_adapter_optional():
-    """The LIBERO adapter imports without libero; building it needs the optional extra."""
-    import importlib.util
-
-    from wmrl.sim import libero_adapter
-
-    if importlib.util.find_spec("libero") is None:
-        with pytest.raises(ImportError, match=r"\.\[libero\]"):
-            libero_adapter.LiberoEnv()
-        pytest.skip("libero not installed (optional extra .[libero]); adapter not exercised")
-    outs = {}
-    for skip in (False, True):
-        env = libero_adapter.LiberoEnv("libero_spatial", task=0, image_size=64, num_wait_steps=2,
-                                       skip_intermediate_renders=skip)
-        obs, info = env.reset(seed=0, options={"task": 0, "state_id": 0})
-        assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
-        outs[skip] = [obs, *env.step_chunk(np.zeros((8, 7)))]
-        assert ("frames" in outs[skip][5]) == (not skip)
-        env.close()
-    assert outs[False][5]["frames"].shape == (8, 64, 64, 3) and outs[False][2].shape == (8,)
-    for k in ("image", "state"):  # skipping the intermediate renders changes no observation
-        np.testing.assert_array_equal(outs[True][0][k], outs[False][0][k])
-        np.testing.assert_array_equal(outs[True][1][k], outs[False][1][k])
-    np.testing.assert_array_equal(outs[True][2], outs[False][2])
-
-
 class _FakeObservable:
     """robosuite 1.4's Observable sampling clock (sensor called when the clock says so)."""
 
@@ -481,6 +455,7 @@ def _fake_libero(skip, max_steps=20, wait=3, **rob_kw):
     env = object.__new__(LiberoEnv)  # LiberoEnv.__init__ needs the libero package
     rob = _FakeRobosuite(**rob_kw)
     env.__dict__.update(env=_FakeOffScreenRenderEnv(rob), suite_name="fake", image_size=4,
+                        _task=("fake", 0), _done=True,
                         max_episode_steps=max_steps, num_wait_steps=wait, task_id=0,
                         terminate_on_success=True, skip_intermediate_renders=skip,
                         instruction="do it", init_states=[0, 1000])

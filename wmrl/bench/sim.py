@@ -1,14 +1,17 @@
-"""Tabletop simulator figures: render and step cost, chunked env steps/s with and without
-``skip_intermediate_renders``, scripted-expert success vs noise."""
+"""Simulator figures: tabletop render and step cost, chunked env steps/s with and without
+``skip_intermediate_renders``, scripted-expert success vs noise; LIBERO's seconds per env step
+with and without skipped renders (skipped, with the reason, without the extra)."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import numpy as np
 
 from wmrl.pipeline.sim_rollout import evaluate_success
 from wmrl.sim.expert import ScriptedExpert
+from wmrl.sim.libero_adapter import LiberoEnv
 from wmrl.sim.tabletop import TASK_NAMES, TabletopEnv, TabletopVecEnv
 
 NOISE_LEVELS = {
@@ -65,6 +68,56 @@ def skip_render_figures(num_envs: int = 8, chunk: int = 8, sizes=(64, 128), roun
     return out
 
 
+def libero_figures(size: int = 128, chunk: int = 8, rounds: int = 3,
+                   chunks_per_round: int = 2, task: str = "libero_spatial/0") -> list[dict]:
+    """Seconds per env step of ``LiberoEnv.step_chunk`` at ``size``x``size``, rendering each
+    chunk's last frame vs every frame, and their ratio, with the agent view alone (the
+    adapter's default) and with the wrist camera too (LIBERO's default); one env each, the
+    same random actions, in alternating rounds (all four see the same machine load)."""
+    if importlib.util.find_spec("libero") is None:
+        return [{"name": "sim.libero", "skipped": "the LIBERO extra is not installed: "
+                                                  "make libero"}]
+    acts = np.random.default_rng(0).uniform(-1, 1, (rounds * chunks_per_round, chunk, 7))
+    envs = {(wrist, skip): LiberoEnv(task=task, image_size=size, max_episode_steps=10**6,
+                                     terminate_on_success=False, skip_intermediate_renders=skip,
+                                     wrist_camera=wrist)
+            for wrist in (False, True) for skip in (True, False)}
+    seconds = dict.fromkeys(envs, 0.0)
+    try:
+        t0 = time.perf_counter()
+        for env in envs.values():
+            env.reset(options={"state_id": 0})  # builds the robosuite env
+        build = (time.perf_counter() - t0) / len(envs)
+        t0 = time.perf_counter()
+        for env in envs.values():
+            env.reset(options={"state_id": 1})  # a hard reset + the wait steps
+        reset = (time.perf_counter() - t0) / len(envs)
+        for r in range(rounds):
+            for key, env in envs.items():
+                t0 = time.perf_counter()
+                for k in range(r * chunks_per_round, (r + 1) * chunks_per_round):
+                    env.step_chunk(acts[k])
+                seconds[key] += time.perf_counter() - t0
+    finally:
+        for env in envs.values():
+            env.close()
+    steps = rounds * chunks_per_round * chunk
+    out = [{"name": f"sim.libero_build_and_reset_s_{size}", "value": round(build, 2), "unit": "s",
+            "task": task},
+           {"name": f"sim.libero_reset_s_{size}", "value": round(reset, 2), "unit": "s",
+            "task": task, "num_wait_steps": envs[False, True].num_wait_steps}]
+    for wrist, cams in ((False, "agentview"), (True, "agentview+wrist")):
+        shape = {"task": task, "chunk": chunk, "image": [size, size], "cameras": cams,
+                 "steps": steps}
+        out += [{"name": f"sim.libero_step_s_{size}_{cams}_{tag}_render",
+                 "value": round(seconds[wrist, skip] / steps, 4), "unit": "s/env step", **shape}
+                for skip, tag in ((True, "skip"), (False, "every"))]
+        out.append({"name": f"sim.libero_skip_render_speedup_{size}_{cams}",
+                    "value": round(seconds[wrist, False] / seconds[wrist, True], 2), "unit": "x",
+                    **shape})
+    return out
+
+
 def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]:
     out = []
     for size in (64, 128):
@@ -85,6 +138,7 @@ def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]
     out.append({"name": "sim.step_ms_with_render_64", "value": round(ms, 3), "unit": "ms/step"})
     env.close()
     out.extend(skip_render_figures())
+    out.extend(libero_figures())
     for level, knobs in NOISE_LEVELS.items():
         t0 = time.perf_counter()
         rates = evaluate_success(ScriptedExpert(**knobs, seed=1), list(TASK_NAMES),

@@ -16,6 +16,9 @@ group share an initial state; state ids are drawn exactly as ``WanWorldModelEnv`
 last control step (and the step its episode ends); physics, rewards, success and the done
 flags still run every step. The contract returns only the observation after the chunk, so
 what the policy sees is bit-identical to rendering every step, for ~chunk-fold fewer renders.
+
+``SimEnv`` is the contract over any vector simulator with ``TabletopVecEnv``'s interface;
+``TabletopSimEnv`` and ``LiberoSimEnv`` (``wmrl.envs.libero_sim_env``) build theirs.
 """
 
 from __future__ import annotations
@@ -29,39 +32,34 @@ from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
 from wmrl.sim.tabletop import TabletopVecEnv
 
 
-class TabletopSimEnv:
-    def __init__(
-        self,
-        num_envs: int,
-        group_size: int = 1,
-        chunk: int = 8,
-        max_episode_steps: int = 64,
-        task: str = "red_on_plate",
-        num_states: int = 256,
-        seed: int = 0,
-        reward: Any = None,
-        skip_intermediate_renders: bool = True,
-        **env_kwargs,
-    ):
-        if num_envs < 1 or group_size < 1 or num_envs % group_size:
-            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size "
-                             f"({group_size})")
-        if reward is not None:
-            raise ValueError("TabletopSimEnv scores episodes with the simulator's success "
-                             "predicate: set env.reward=null (experiment=sim_oracle "
-                             "does)")
-        if max_episode_steps % chunk:
-            raise ValueError(f"max_episode_steps ({max_episode_steps}) must be a multiple of "
-                             f"chunk ({chunk})")
-        self.num_envs, self.group_size, self.chunk = num_envs, group_size, chunk
+def check_sizes(owner: str, num_envs: int, group_size: int, chunk: int,
+                max_episode_steps: int, reward: Any) -> None:
+    """The checks every simulator env makes before it builds anything."""
+    if num_envs < 1 or group_size < 1 or num_envs % group_size:
+        raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size "
+                         f"({group_size})")
+    if reward is not None:
+        raise ValueError(f"{owner} scores episodes with the simulator's success "
+                         "predicate: set env.reward=null (experiment=sim_oracle "
+                         "does)")
+    if max_episode_steps % chunk:
+        raise ValueError(f"max_episode_steps ({max_episode_steps}) must be a multiple of "
+                         f"chunk ({chunk})")
+
+
+class SimEnv:
+    """The rollout-env contract over a vector simulator ``vec`` with TabletopVecEnv's
+    ``reset(options=[...])`` / ``step_chunk`` / ``close``: groups of ``group_size`` envs
+    reset to one of ``num_states`` fixed initial states of ``task``."""
+
+    def __init__(self, vec, group_size: int, chunk: int, task: str, num_states: int,
+                 seed: int = 0):
+        self.vec, self.num_envs = vec, vec.num_envs
+        self.group_size, self.chunk = group_size, chunk
         self.task, self.num_states = task, num_states
-        self.vec = TabletopVecEnv(num_envs, max_episode_steps=max_episode_steps,
-                                  terminate_on_success=True,
-                                  skip_intermediate_renders=skip_intermediate_renders,
-                                  **env_kwargs)
         self._reset_rng = torch.Generator()
         seed_reset_generator(self._reset_rng, seed)
-        self._success = np.zeros(num_envs, bool)
+        self._success = np.zeros(self.num_envs, bool)
         self._has_reset = False
 
     def _obs(self, batch: dict) -> dict:
@@ -92,3 +90,24 @@ class TabletopSimEnv:
 
     def close(self) -> None:
         self.vec.close()
+
+
+class TabletopSimEnv(SimEnv):
+    def __init__(
+        self,
+        num_envs: int,
+        group_size: int = 1,
+        chunk: int = 8,
+        max_episode_steps: int = 64,
+        task: str = "red_on_plate",
+        num_states: int = 256,
+        seed: int = 0,
+        reward: Any = None,
+        skip_intermediate_renders: bool = True,
+        **env_kwargs,
+    ):
+        check_sizes("TabletopSimEnv", num_envs, group_size, chunk, max_episode_steps, reward)
+        vec = TabletopVecEnv(num_envs, max_episode_steps=max_episode_steps,
+                             terminate_on_success=True,
+                             skip_intermediate_renders=skip_intermediate_renders, **env_kwargs)
+        super().__init__(vec, group_size, chunk, task, num_states, seed)

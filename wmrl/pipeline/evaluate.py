@@ -1,9 +1,9 @@
-"""Honest evaluation in the tabletop simulator (``scripts/eval.py``, ``SimEvalCallback``).
+"""Honest evaluation in a simulator (``scripts/eval.py``, ``SimEvalCallback``).
 
 Success is LIBERO's ``success_once`` (the privileged predicate holds at any step) on the fixed
-initial states 0..n-1 of every task (``wmrl.sim.tabletop.initial_state``), with the policy
-sampling at the eval temperature from a seeded generator: the same weights give the same
-numbers.
+initial states 0..n-1 of every task (``wmrl.sim.tabletop.initial_state``; LIBERO's own 50 per
+task with ``vec_env=LiberoVecEnv``), with the policy sampling at the eval temperature from a
+seeded generator: the same weights give the same numbers.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from wmrl.atomic import atomic_path
+from wmrl.config import build
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv, task_by_name
+from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv
 
 
 @dataclass
@@ -38,25 +39,31 @@ class EvalResult:
 def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
                     episodes_per_task: int = 100, temperature: float = 1.0, seed: int = 0,
                     num_envs: int = 16, repeats: int = 1, num_videos: int = 0,
-                    env: dict | None = None) -> EvalResult:
+                    env: dict | None = None, vec_env: dict | None = None) -> EvalResult:
     """Roll ``policy`` out on states 0..episodes_per_task-1 of each task, each state
     ``repeats`` times in a row (repeats > 1 gives groups, as GRPO samples them).
-    ``env``: TabletopEnv kwargs (image_size, max_episode_steps, eval_seed, ...)."""
+    ``env``: TabletopEnv kwargs (image_size, max_episode_steps, eval_seed, ...) of the
+    default simulator, ``TabletopVecEnv``. ``vec_env``: another simulator instead, a
+    ``_target_`` spec of a vector env with TabletopVecEnv's interface, built with
+    ``num_envs`` (``wmrl.sim.libero_vec.LiberoVecEnv``: conf/sim/libero.yaml); its
+    ``task_names`` names the tasks (a LIBERO suite stands for all its tasks)."""
     if episodes_per_task < 1 or repeats < 1:
         raise ValueError(f"episodes_per_task and repeats must be >= 1, got "
                          f"{episodes_per_task}, {repeats}")
+    if env and vec_env is not None:
+        raise ValueError("pass env (TabletopEnv kwargs) or vec_env (another simulator), not both")
     kw = dict(env or {})
     kw.pop("_target_", None)
     kw.setdefault("terminate_on_success", True)
     was_training = policy.training
     policy.eval()
     source = PolicyActionSource(policy, temperature=temperature, seed=seed)
-    vec = TabletopVecEnv(num_envs, **kw)
+    vec = TabletopVecEnv(num_envs, **kw) if vec_env is None else build(vec_env, num_envs=num_envs)
     t0 = time.perf_counter()
     success, outcomes, videos = {}, {}, []
     try:
-        for k, task in enumerate(tasks):
-            name = task_by_name(task).name
+        names = vec.task_names(list(tasks), episodes_per_task)
+        for k, name in enumerate(names):
             specs = [EpisodeSpec(name, state_id=i) for i in range(episodes_per_task)
                      for _ in range(repeats)]
             ok = []

@@ -1,4 +1,4 @@
-"""Roll out an action source (scripted expert or policy) in tabletop envs -> Episodes.
+"""Roll out an action source (scripted expert or policy) in simulator envs -> Episodes.
 
 An action source is any callable ``source(obs) -> actions [B, C, 7]`` (numpy or torch) on a
 batched observation {"image": uint8 [B, H, W, 3], "task": list[str], "state": [B, S]}; it
@@ -61,7 +61,7 @@ def _as_actions(actions, batch_size: int) -> np.ndarray:
 
 
 def rollout_episodes(
-    vec: TabletopVecEnv,
+    vec: TabletopVecEnv,  # or any vector env with its ``envs`` (e.g. LiberoVecEnv)
     source: Callable[[dict], np.ndarray],
     specs: list[EpisodeSpec],
     post_success_steps: int | None = None,
@@ -82,14 +82,14 @@ def rollout_episodes(
             {"task": s.task} | ({} if s.state_id is None else {"state_id": s.state_id})
             for s in batch
         ]
-        obs_list = [
-            env.reset(seed=s.seed, options=o)[0] for env, s, o in zip(vec.envs, batch, opts)
-        ]
+        resets = [env.reset(seed=s.seed, options=o) for env, s, o in zip(vec.envs, batch, opts)]
+        obs_list = [obs for obs, _ in resets]
+        instructions = [obs["task"] for obs in obs_list]
         if hasattr(source, "reset"):
             source.reset(b, seed=seed + start)
         frames = [[o["image"]] for o in obs_list]
         states = [[o["state"]] for o in obs_list]
-        labels = [[vec.envs[i].success()] for i in range(b)]
+        labels = [[bool(info["success"])] for _, info in resets]
         actions: list[list[np.ndarray]] = [[] for _ in range(b)]
         first_success = [0 if labels[i][0] else -1 for i in range(b)]
         active = np.arange(b) < n_real
@@ -123,7 +123,7 @@ def rollout_episodes(
                 frames=np.stack(frames[i]),
                 actions=np.stack(actions[i]) if actions[i] else np.zeros((0, 7), np.float32),
                 success_labels=np.array(labels[i], dtype=bool),
-                task=task_by_name(batch[i].task).instruction,
+                task=instructions[i],
                 states=np.stack(states[i]),
                 state_id=-1 if batch[i].state_id is None else int(batch[i].state_id),
             )

@@ -658,6 +658,12 @@ class TabletopVecEnv:
         self._done = np.zeros(num_envs, bool)
         self._last_done = [(False, False)] * num_envs
 
+    @staticmethod
+    def task_names(tasks, states_per_task: int | None = None) -> list[str]:
+        """Canonical names of ``tasks`` (any number of fixed initial states per task: they
+        are drawn from ``eval_seed``)."""
+        return [task_by_name(t).name for t in tasks]
+
     def _batch(self, obs_list: list[dict]) -> dict:
         return {
             "image": np.stack([o["image"] for o in obs_list]),
