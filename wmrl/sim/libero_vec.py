@@ -10,6 +10,7 @@ import numpy as np
 
 from wmrl.errors import ConfigError
 from wmrl.sim.libero_adapter import LiberoEnv
+from wmrl.sim.tabletop import reset_each
 
 
 class LiberoVecEnv:
@@ -58,13 +59,7 @@ class LiberoVecEnv:
               options: list[dict] | dict | None = None) -> tuple[dict, dict]:
         """``seed``: one int (env i gets seed + i) or a list; ``options``: a dict for all envs
         or one per env ({"task": ..., "state_id": i})."""
-        b = self.num_envs
-        seeds = [None] * b if seed is None else (
-            [seed + i for i in range(b)] if isinstance(seed, int) else list(seed))
-        opts = [options] * b if options is None or isinstance(options, dict) else list(options)
-        if len(seeds) != b or len(opts) != b:
-            raise ValueError(f"need {b} seeds/options, got {len(seeds)}/{len(opts)}")
-        results = [e.reset(seed=s, options=o) for e, s, o in zip(self.envs, seeds, opts)]
+        results = reset_each(self.envs, seed, options)
         self._last = [r[0] for r in results]
         self._done[:] = False
         self._last_done[:] = False

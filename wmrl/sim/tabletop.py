@@ -630,6 +630,19 @@ def success_from_state(state: np.ndarray, task: str | int | Task) -> bool:
     return bool(pos[0] < PUSH_SUCCESS_X and on_table)
 
 
+def reset_each(envs: list, seed: int | list[int] | None = None,
+               options: list[dict] | dict | None = None) -> list[tuple[dict, dict]]:
+    """Reset each env of a vector env -> its (obs, info). ``seed``: one int (env i gets
+    seed + i) or one per env; ``options``: a dict for all envs or one per env."""
+    b = len(envs)
+    seeds = [None] * b if seed is None else (
+        [seed + i for i in range(b)] if isinstance(seed, int) else list(seed))
+    opts = [options] * b if options is None or isinstance(options, dict) else list(options)
+    if len(seeds) != b or len(opts) != b:
+        raise ValueError(f"need {b} seeds/options, got {len(seeds)}/{len(opts)}")
+    return [e.reset(seed=s, options=o) for e, s, o in zip(envs, seeds, opts)]
+
+
 class TabletopVecEnv:
     """B tabletop envs stepped in a Python loop, sharing one model and one renderer.
 
@@ -677,13 +690,7 @@ class TabletopVecEnv:
         """``seed``: one int (env i gets seed + i) or a list; ``options``: a dict for all envs
         or a list of per-env dicts (e.g. [{"task": ..., "state_id": i}, ...])."""
         b = self.num_envs
-        seeds = [None] * b if seed is None else (
-            [seed + i for i in range(b)] if isinstance(seed, int) else list(seed)
-        )
-        opts = [options] * b if options is None or isinstance(options, dict) else list(options)
-        if len(seeds) != b or len(opts) != b:
-            raise ValueError(f"need {b} seeds/options, got {len(seeds)}/{len(opts)}")
-        results = [e.reset(seed=s, options=o) for e, s, o in zip(self.envs, seeds, opts)]
+        results = reset_each(self.envs, seed, options)
         self._last = [r[0] for r in results]
         self._done[:] = False
         self._last_done = [(False, False)] * b
