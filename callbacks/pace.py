@@ -427,13 +427,20 @@ class PaceCallback(L.Callback):
             self._say(trainer, f"[pace] resumed at world-model version {self.version} "
                       f"({self.real_episodes} real episodes so far); pushed to the env actors")
 
+    def round_due(self, step: int, max_steps: int = -1) -> bool:
+        """A round after every ``every_n_steps``-th step, except after the run's last step:
+        no rollout would use its world model, so its real episodes would be spent for nothing
+        (and counted against the run's simulator budget)."""
+        last = max_steps is not None and max_steps > 0 and step >= max_steps
+        return bool(self.every_n_steps) and step > 0 and step % self.every_n_steps == 0 \
+            and step != self.last_round_step and not last
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         metrics: dict[str, float] = {}
         dm = trainer.datamodule
-        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 \
-                and step != self.last_round_step:
+        if self.round_due(step, trainer.max_steps):
             metrics = self.run_round(pl_module.policy, dm, trainer, step, pl_module.device)
             row = self.history[-1]
             if trainer.is_global_zero:

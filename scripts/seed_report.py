@@ -15,7 +15,10 @@ signal, its csv log. Prints one line per run, then the mean +- standard error ov
 * ``signal``: Pearson r, over every (run, eval interval), of the interval's mean
   ``--signal`` metric (default ``wm/fragile_success``, ``env.resample_check``) against the
   interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number
-  tracks the world model running away from the simulator.
+  tracks the world model running away from the simulator;
+* ``real_episodes``: the simulator episodes a run trained on (``pace/summary.json``, written
+  by ``PaceCallback``; 0 for a run without PACE): its simulator budget, to set beside the
+  oracle's (``experiment=sim_oracle``: every rollout is real).
 """
 
 from __future__ import annotations
@@ -63,6 +66,12 @@ def run_figures(run: str, signal: str) -> dict:
         if key in last:
             out[f"gain_{name.removeprefix('sim_')}"] = last[key] - first[key]
             out[name] = [first[key], last[key]]
+    pace = os.path.join(run, "pace", "summary.json")
+    if os.path.isfile(pace):
+        with open(pace) as f:
+            out["real_episodes"] = int(json.load(f)["real_episodes"])
+    else:
+        out["real_episodes"] = 0
     out["wm_gap"] = [r["wm/success"] - r["sim/success"] for r in rows[1:] if "wm/success" in r]
     try:
         series = read_metric(run, signal)
@@ -84,6 +93,7 @@ def report(runs: list[str], signal: str = "wm/fragile_success") -> dict:
         vals = [r[key] for r in per_run if key in r]
         m, se = mean_se(vals)
         summary[key] = {"mean": m, "se": se, "min": float(min(vals)), "values": vals}
+    summary["real_episodes"] = [r["real_episodes"] for r in per_run]
     gaps = [g for r in per_run for g in r["wm_gap"]]
     summary["max_abs_wm_gap"] = float(max(map(abs, gaps))) if gaps else float("nan")
     pts = [(s, g, b - a) for r in per_run if r["signal"]
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                         if k.startswith("gain_") and k != "gain_train")
         gaps = " ".join(f"{100 * g:+.1f}" for g in r["wm_gap"])
         print(f"{r['run']}: sim {evals} | gain {100 * r['gain_train']:+.1f}{extra} | "
-              f"wm - sim {gaps}")
+              f"wm - sim {gaps} | real episodes {r['real_episodes']}")
     for key, v in res["summary"].items():
         if isinstance(v, dict):
             print(f"{key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points (mean +- SE, "

@@ -158,3 +158,42 @@ def test_resample_metrics_hand_checked():
     assert m == pytest.approx({"wm/resample_agreement": 0.6, "wm/fragile_success": 1 / 3,
                                "wm/resample_success": 0.6})
     assert resample_metrics(torch.zeros(3), torch.ones(3))["wm/fragile_success"] == 0.0
+
+
+# ---- learning-rate schedule ------------------------------------------------------------
+def test_lr_multiplier_hand_checked():
+    from wmrl.module import lr_multiplier
+
+    assert [lr_multiplier(s, 4) for s in range(4)] == [1.0, 1.0, 1.0, 1.0]
+    # cosine over 4 steps: (1 + cos(pi s / 4)) / 2 = 1, 0.8536, 0.5, 0.1464
+    got = [lr_multiplier(s, 4, "cosine") for s in range(5)]
+    assert got == pytest.approx([1.0, 0.853553, 0.5, 0.146447, 0.0], abs=1e-6)
+    # floor 0.2: 0.2 + 0.8 x the above
+    assert lr_multiplier(2, 4, "cosine", min_ratio=0.2) == pytest.approx(0.6)
+    # 2 warm-up steps (1/2, 1), then cosine over the remaining 2 (1, 0.5)
+    got = [lr_multiplier(s, 4, "cosine", warmup_steps=2) for s in range(4)]
+    assert got == pytest.approx([0.5, 1.0, 1.0, 0.5])
+    with pytest.raises(ValueError, match="lr_schedule"):
+        lr_multiplier(0, 4, "linear")
+
+
+def test_cosine_schedule_sets_each_steps_lr(tmp_path):
+    # the lr each of 4 steps took (logged before its optimizer step), and the first step's
+    # effect on the weights
+    snaps = Snapshots()
+    module = make_module(lr_schedule="cosine")
+    fit(module, [hand_batch(v) for v in range(4)], tmp_path, callbacks=[snaps])
+    lrs = [m["train/lr"] for m in module.history]
+    assert lrs == pytest.approx([0.1, 0.0853553, 0.05, 0.0146447], abs=1e-7)
+    # step 1 (lr 0.1, AdamW's bias-corrected first step = lr x sign): bin 10 up by exactly 0.1
+    assert torch.allclose(snaps.taken[0]["weights"]["bias"][:, 10], torch.full((56,), 0.1),
+                          atol=1e-5)
+
+
+def test_cosine_schedule_needs_the_runs_length(tmp_path):
+    module = make_module(lr_schedule="cosine")
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="trainer.max_steps or algorithm.lr_schedule_steps"):
+        trainer.fit(module, train_dataloaders=iter([hand_batch()]))

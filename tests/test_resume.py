@@ -1,5 +1,6 @@
 """Runs are reproducible: the same config twice gives the same weights, and a run stopped at
-step 2 and resumed from its last.ckpt ends where a straight run ends (weights, AdamW state)."""
+step 2 and resumed from its last.ckpt ends where a straight run ends (weights, AdamW state,
+the lr schedule's place)."""
 
 import pytest
 import torch
@@ -28,12 +29,18 @@ def _assert_same(a, b):
 
 
 def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
-    over = {"trainer.max_steps": 4, "logger": None}
+    # a cosine lr over the 4 steps: the resumed half must pick the schedule up at step 2
+    # (Lightning restores the scheduler), else steps 3-4 take other learning rates
+    over = {"trainer.max_steps": 4, "logger": None, "algorithm.lr_schedule": "cosine",
+            "algorithm.lr_schedule_steps": 4}
     fit(toy_cfg(tmp_path / "a", **over))
     fit(toy_cfg(tmp_path / "b", **over))
     straight = _state(tmp_path / "a" / "checkpoints" / "last.ckpt")
     _assert_same(straight, _state(tmp_path / "b" / "checkpoints" / "last.ckpt"))
     assert straight[0] == 4 and straight[1]["policy.bias"].abs().sum() > 0  # it trained
+    sched = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)[
+        "lr_schedulers"][0]
+    assert sched["last_epoch"] == 4 and sched["_last_lr"][0] == pytest.approx(0.0)
 
     fit(toy_cfg(tmp_path / "c", **{**over, "trainer.max_steps": 2}))
     fit(toy_cfg(tmp_path / "c", **over, ckpt_path=str(tmp_path / "c" / "checkpoints" /

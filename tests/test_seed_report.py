@@ -52,8 +52,13 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
 
     assert res["signal_points"] == 6
     assert res["signal_vs_wm_gap_r"] == pytest.approx(np.corrcoef(sig, gap)[0, 1])
+    assert res["real_episodes"] == [0, 0, 0]  # no PACE
+    (tmp_path / "s1" / "pace").mkdir()
+    (tmp_path / "s1" / "pace" / "summary.json").write_text(json.dumps({"real_episodes": 480}))
+    assert seed_report.report(runs)["summary"]["real_episodes"] == [0, 480, 0]
     assert seed_report.main(runs) == 0
     out = capsys.readouterr().out
+    assert "real episodes 480" in out
     assert "gain_train: +10.0 +- 2.3 points (mean +- SE, n=3, min +6.0)" in out
 
 

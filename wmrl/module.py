@@ -9,7 +9,8 @@ made with the current weights) ->
    ``global_batch`` samples, each one optimizer step; a mini-batch is processed in
    ``micro_batch`` pieces whose losses are weighted so their sum is exactly the mini-batch
    loss (``aggregation_weights`` on the whole batch, rescaled by |batch| / |mini-batch|);
-3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping.
+3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping; the learning rate
+   follows ``lr_schedule`` over the run's optimizer steps (``lr_multiplier``).
 
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
 
@@ -64,6 +65,31 @@ def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str
     }
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def lr_multiplier(step: int, total: int, schedule: str = "constant", warmup_steps: int = 0,
+                  min_ratio: float = 0.0) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) of ``total``, as a factor of lr::
+
+        warm-up (step < W)   (step + 1) / W
+        constant             1
+        cosine               m + (1 - m) (1 + cos(pi (step - W) / (total - W))) / 2
+
+    m = ``min_ratio``. Cosine starts at 1 and is m after the last step (``total``): late
+    steps, taken where the policy is furthest from the rollouts the world model learned
+    from, move it least."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if schedule != "cosine":
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    span = max(total - warmup_steps, 1)
+    progress = min(max(step - warmup_steps, 0) / span, 1.0)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 class GRPOModule(L.LightningModule):
     def __init__(
         self,
@@ -71,6 +97,10 @@ class GRPOModule(L.LightningModule):
         group_size: int = 8,
         temperature: float = 1.6,
         lr: float = 2e-5,
+        lr_schedule: str = "constant",
+        lr_warmup_steps: int = 0,
+        lr_min_ratio: float = 0.0,
+        lr_schedule_steps: int | None = None,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-5,
         weight_decay: float = 0.01,
@@ -93,6 +123,9 @@ class GRPOModule(L.LightningModule):
         self.group_size = group_size
         self.temperature = temperature
         self.optim_args = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self.lr_schedule = dict(schedule=lr_schedule, warmup_steps=lr_warmup_steps,
+                                min_ratio=lr_min_ratio)
+        self.lr_schedule_steps = lr_schedule_steps
         self.grad_clip = grad_clip
         self.loss_args = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
         self.aggregation = aggregation
@@ -118,8 +151,27 @@ class GRPOModule(L.LightningModule):
             for method in ("log_probs", "sample"):
                 register_fsdp_forward_method(self.policy, method)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
+    def configure_optimizers(self) -> dict[str, Any]:
+        opt = torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
+        total = self.lr_schedule_steps
+        if total is None:  # the run's optimizer steps (= training steps at one per batch)
+            total = self.trainer.max_steps
+        if self.lr_schedule["schedule"] != "constant" and total < 1:
+            raise ValueError(
+                f"algorithm.lr_schedule={self.lr_schedule['schedule']} needs the run's length: "
+                f"set trainer.max_steps or algorithm.lr_schedule_steps (got {total})")
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: lr_multiplier(step, total, **self.lr_schedule))
+        # stepped by hand after every optimizer step (manual optimization); Lightning saves
+        # and restores its state with the checkpoint, so a resumed run keeps its place
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _step(self, opt: Any) -> None:
+        """One optimizer step (taken or skipped: Lightning counts both) and the lr after it."""
+        opt.step()
+        sched = self.lr_schedulers()
+        if sched is not None:
+            sched.step()
 
     # ---- the step --------------------------------------------------------------------
     def training_step(self, dataloader_iter: Iterator[TrajectoryBatch]) -> None:
@@ -169,7 +221,9 @@ class GRPOModule(L.LightningModule):
         success = batch.success.float()
         keep = (grpo.informative_groups(success, self.group_size) if self.filter_groups
                 else torch.ones(n, dtype=torch.bool))
+        opt = self.optimizers()
         metrics = {
+            "train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's
             "rollout/return": returns.mean().item(),
             "rollout/success": success.mean().item(),
             "rollout/episode_len": step_mask.sum(1).float().mean().item(),
@@ -200,7 +254,7 @@ class GRPOModule(L.LightningModule):
             # step count - and trainer.max_steps - follows rollout batches; AdamW skips
             # parameters without gradients, so weights and state are untouched.
             self.optimizers().zero_grad(set_to_none=True)
-            self.optimizers().step()
+            self._step(self.optimizers())
             return metrics
         pad = target - len(src)
         if pad:
@@ -328,12 +382,12 @@ class GRPOModule(L.LightningModule):
             flags = self.trainer.strategy.reduce(flags, reduce_op="max")
         flags = flags.tolist()  # the step's one host sync
         if not any(flags):
-            opt.step()
+            self._step(opt)
             opt.zero_grad(set_to_none=True)
             self.nonfinite_run = 0
             return norm
         opt.zero_grad(set_to_none=True)
-        opt.step()  # no gradients: a no-op that Lightning still counts
+        self._step(opt)  # no gradients: a no-op that Lightning still counts
         self.nonfinite_run += 1
         if self.nonfinite_run >= self.max_nonfinite_steps:
             what = ", ".join(n for n, f in zip(("log-probs", "loss", "grad norm"), flags) if f)

@@ -34,6 +34,7 @@ RolloutDevice = _choices("RolloutDevice", ("auto", "cpu", "cuda", "npu", "musa",
 Transport = _choices("Transport", ("cpu", "gloo", "device"))
 Aggregation = _choices("Aggregation", ("traj-mean", "token-mean", "seq-mean-token-sum"))
 AdvantageScale = _choices("AdvantageScale", ("group", "none"))
+LRSchedule = _choices("LRSchedule", ("constant", "cosine"))
 
 
 def _require(key: str, value: Any, ok: bool, allowed: str) -> None:
@@ -101,6 +102,10 @@ class RolloutSchema:
 @dataclass
 class AlgorithmSchema:
     lr: float = 2e-5
+    lr_schedule: LRSchedule = LRSchedule["constant"]
+    lr_warmup_steps: int = 0
+    lr_min_ratio: float = 0.0
+    lr_schedule_steps: Optional[int] = None
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-5
     weight_decay: float = 0.01
@@ -120,7 +125,11 @@ class AlgorithmSchema:
     def __post_init__(self) -> None:
         _positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch", "micro_batch",
                   "update_epochs", "max_nonfinite_steps")
-        _positive("algorithm", self, "weight_decay", "clip_low", "clip_high", allow_zero=True)
+        _positive("algorithm", self, "weight_decay", "clip_low", "clip_high", "lr_warmup_steps",
+                  allow_zero=True)
+        _positive("algorithm", self, "lr_schedule_steps")
+        _require("algorithm.lr_min_ratio", self.lr_min_ratio, 0 <= self.lr_min_ratio <= 1,
+                 "must be in [0, 1] (the cosine schedule's last lr as a fraction of lr)")
         for i, b in enumerate(self.betas):
             _require(f"algorithm.betas[{i}]", b, 0 <= b < 1, "must be in [0, 1)")
         if self.dual_clip is not None:

@@ -80,13 +80,21 @@ def test_episode_specs_fixed_and_random():
                                        for s in episode_specs([TASK], 4, r, "random", 8, 3))
 
 
+def test_rounds_every_n_steps_but_not_after_the_last(assets):
+    cb = make_callback(assets)  # every_n_steps=2
+    assert [s for s in range(7) if cb.round_due(s, max_steps=6)] == [2, 4]
+    assert [s for s in range(7) if cb.round_due(s, max_steps=-1)] == [2, 4, 6]  # unbounded
+    cb.last_round_step = 4  # a resumed run does not repeat the round it checkpointed after
+    assert not cb.round_due(4, max_steps=6)
+
+
 def test_config_group_off_by_default_on_in_experiment():
     with initialize_config_dir(CONF_DIR, version_base="1.3"):
         default = compose("fit", overrides=["run_dir=/tmp/wmrl-test"])
         on = compose("fit", overrides=["run_dir=/tmp/wmrl-test", "experiment=pace"])
     assert default.get("pace") is None  # `make fit` is unchanged
     validate(on)
-    assert (on.pace.every_n_steps, on.pace.episodes, on.pace.steps) == (10, 32, 200)
+    assert (on.pace.every_n_steps, on.pace.episodes, on.pace.steps) == (5, 96, 300)
     cb = build(on.pace)  # nothing is loaded before the first round
     assert isinstance(cb, PaceCallback) and cb.model is None
     assert cb.world_model_cfg["path"] == on.env.world_model.path
@@ -128,7 +136,8 @@ def test_round_finetunes_and_pushes_to_a_real_env_actor(assets, ray_local, tmp_p
         placement="collocated", worker_cpus=0.25, worker_threads=1, seed=0)
     dm.setup("fit")
     logged = []
-    trainer = SimpleNamespace(global_step=1, datamodule=dm, world_size=1, is_global_zero=True,
+    trainer = SimpleNamespace(global_step=1, max_steps=6, datamodule=dm, world_size=1,
+                              is_global_zero=True,
                               default_root_dir=str(tmp_path))
     module = SimpleNamespace(policy=policy, device=torch.device("cpu"),
                              log_dict=lambda m, **kw: logged.append(dict(m)))
