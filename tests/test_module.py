@@ -161,22 +161,6 @@ def test_resample_metrics_hand_checked():
 
 
 # ---- learning-rate schedule ------------------------------------------------------------
-def test_lr_multiplier_hand_checked():
-    from wmrl.module import lr_multiplier
-
-    assert [lr_multiplier(s, 4) for s in range(4)] == [1.0, 1.0, 1.0, 1.0]
-    # cosine over 4 steps: (1 + cos(pi s / 4)) / 2 = 1, 0.8536, 0.5, 0.1464
-    got = [lr_multiplier(s, 4, "cosine") for s in range(5)]
-    assert got == pytest.approx([1.0, 0.853553, 0.5, 0.146447, 0.0], abs=1e-6)
-    # floor 0.2: 0.2 + 0.8 x the above
-    assert lr_multiplier(2, 4, "cosine", min_ratio=0.2) == pytest.approx(0.6)
-    # 2 warm-up steps (1/2, 1), then cosine over the remaining 2 (1, 0.5)
-    got = [lr_multiplier(s, 4, "cosine", warmup_steps=2) for s in range(4)]
-    assert got == pytest.approx([0.5, 1.0, 1.0, 0.5])
-    with pytest.raises(ValueError, match="lr_schedule"):
-        lr_multiplier(0, 4, "linear")
-
-
 def test_cosine_schedule_sets_each_steps_lr(tmp_path):
     # the lr each of 4 steps took (logged before its optimizer step), and the first step's
     # effect on the weights

@@ -22,7 +22,6 @@ The loss is the mean cross-entropy of the 56 bin logits (``policy.action_logits`
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.sim.expert import ScriptedExpert
 
 GRIPPER_DIM = 6
@@ -147,13 +147,8 @@ def train_bc(policy, data: ChunkBCDataset, steps: int, batch_size: int = 64, lr:
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
 
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        p = (step - warmup) / max(1, steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: lr_multiplier(step, steps, "cosine", warmup, min_ratio=0.1))
     policy.train()
     rows, t0, run_loss, run_acc, n = [], time.perf_counter(), 0.0, 0.0, 0
     for step in range(steps):

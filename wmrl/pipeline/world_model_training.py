@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.envs.initial_states import InitialStates, write_initial_states
 from wmrl.pipeline.dataset import TrajectoryDataset
 from wmrl.pipeline.image_metrics import psnr, ssim, u8_video_to_unit
@@ -120,10 +121,7 @@ def build_clips(episodes: Sequence, condition_frames: int = CONDITION_FRAMES,
 
 def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     """Linear warm-up then cosine decay to 10% of ``lr``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    p = (step - warmup) / max(steps - warmup, 1)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    return lr * lr_multiplier(step, steps, "cosine", warmup, min_ratio=0.1)
 
 
 def _log(msg: str, log: Callable[[str], None] | None) -> None:
