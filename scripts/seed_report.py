@@ -19,6 +19,14 @@ signal, its csv log. Prints one line per run, then the mean +- standard error ov
 * ``real_episodes``: the simulator episodes a run trained on (``pace/summary.json``, written
   by ``PaceCallback``; 0 for a run without PACE): its simulator budget, to set beside the
   oracle's (``experiment=sim_oracle``: every rollout is real).
+
+``--against BASELINE_RUNS...`` compares two arms seed by seed: each run is paired with the
+baseline run of the same training seed (``seed`` in each run's ``config.yaml``), and
+``paired.<gain>`` holds the differences (this arm minus the baseline) with their mean +- SE.
+Runs of one seed start alike and share their sampling noise, so the paired difference is the
+fairer test of an arm than two means side by side.
+
+    python scripts/seed_report.py multirun/pace/* --against multirun/fit/*
 """
 
 from __future__ import annotations
@@ -34,6 +42,41 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from wmrl.run_logs import RunLogError, pearson, read_metric  # noqa: E402
+
+
+def read_seed(run: str) -> int:
+    """The training seed of a run: ``seed`` in the config.yaml that every fit writes."""
+    from omegaconf import OmegaConf
+
+    path = os.path.join(run, "config.yaml")
+    if not os.path.isfile(path):
+        raise RunLogError(f"{run}: no config.yaml (written by every scripts/fit.py run); "
+                          "--against pairs runs by its `seed`")
+    seed = OmegaConf.load(path).get("seed")
+    if seed is None:
+        raise RunLogError(f"{path}: no `seed` key to pair runs by")
+    return int(seed)
+
+
+def paired(per_run: list[dict], baseline: list[dict]) -> dict:
+    """Per gain key: this arm minus the baseline, run by run of the same training seed."""
+    by_seed = {}
+    for b in baseline:
+        if b["seed"] in by_seed:
+            raise RunLogError(f"--against: seed {b['seed']} twice ({by_seed[b['seed']]['run']}, "
+                              f"{b['run']})")
+        by_seed[b["seed"]] = b
+    pairs = [(r, by_seed[r["seed"]]) for r in per_run if r["seed"] in by_seed]
+    if not pairs:
+        raise RunLogError("--against: no baseline run shares a training seed with the runs "
+                          f"(seeds {[r['seed'] for r in per_run]} vs {sorted(by_seed)})")
+    out = {"seeds": [r["seed"] for r, _ in pairs]}
+    for key in sorted({k for r, _ in pairs for k in r if k.startswith("gain_")}):
+        diffs = [r[key] - b[key] for r, b in pairs if key in r and key in b]
+        if diffs:
+            m, se = mean_se(diffs)
+            out[key] = {"mean": m, "se": se, "values": diffs}
+    return out
 
 
 def read_history(run: str) -> list[dict]:
@@ -86,7 +129,8 @@ def run_figures(run: str, signal: str) -> dict:
     return out
 
 
-def report(runs: list[str], signal: str = "wm/fragile_success") -> dict:
+def report(runs: list[str], signal: str = "wm/fragile_success",
+           against: list[str] | None = None) -> dict:
     per_run = [run_figures(r, signal) for r in runs]
     summary: dict = {"runs": len(per_run), "signal_metric": signal}
     for key in sorted({k for r in per_run for k in r if k.startswith("gain_")}):
@@ -104,6 +148,11 @@ def report(runs: list[str], signal: str = "wm/fragile_success") -> dict:
         summary["signal_vs_wm_gap_r"] = pearson(s, g)
         summary["signal_vs_sim_gain_r"] = pearson(s, d)
         summary["signal_points"] = len(pts)
+    if against:
+        for r in per_run:
+            r["seed"] = read_seed(r["run"])
+        base = [dict(run_figures(b, signal), seed=read_seed(b)) for b in against]
+        summary["paired"] = paired(per_run, base)
     return {"per_run": per_run, "summary": summary}
 
 
@@ -112,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", help="run dirs of scripts/fit.py (one per seed)")
     ap.add_argument("--signal", default="wm/fragile_success",
                     help="a per-step metric to relate to the world model / simulator gap")
+    ap.add_argument("--against", nargs="+", metavar="BASELINE_RUN",
+                    help="baseline run dirs: print this arm minus the baseline, paired by seed")
     args = ap.parse_args(argv)
     try:
-        res = report(args.runs, args.signal)
+        res = report(args.runs, args.signal, args.against)
     except RunLogError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -126,9 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['run']}: sim {evals} | gain {100 * r['gain_train']:+.1f}{extra} | "
               f"wm - sim {gaps} | real episodes {r['real_episodes']}")
     for key, v in res["summary"].items():
-        if isinstance(v, dict):
+        if key.startswith("gain_"):
             print(f"{key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points (mean +- SE, "
                   f"n={len(v['values'])}, min {100 * v['min']:+.1f})")
+    for key, v in res["summary"].get("paired", {}).items():
+        if key.startswith("gain_"):
+            diffs = ", ".join(f"{100 * d:+.1f}" for d in v["values"])
+            print(f"paired {key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points vs the "
+                  f"baseline (seeds {res['summary']['paired']['seeds']}: {diffs})")
     print(json.dumps(res["summary"]))
     return 0
 

@@ -7,6 +7,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,8 +49,6 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
     # 6 (signal, gap) points; by hand: r = corrcoef of these
     sig = [0.1, 0.3, 0.1, 0.2, 0.0, 0.1]
     gap = [-0.15, 0.10, -0.07, 0.04, -0.08, -0.10]
-    import numpy as np
-
     assert res["signal_points"] == 6
     assert res["signal_vs_wm_gap_r"] == pytest.approx(np.corrcoef(sig, gap)[0, 1])
     assert res["real_episodes"] == [0, 0, 0]  # no PACE
@@ -60,6 +59,34 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "real episodes 480" in out
     assert "gain_train: +10.0 +- 2.3 points (mean +- SE, n=3, min +6.0)" in out
+
+
+def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
+    def arm(name, gains):  # gains on the training / unseen scenes per seed 0, 1, 2
+        runs = []
+        for seed, (g, u) in enumerate(gains):
+            run = make_run(tmp_path / name, f"s{seed}", [0.40, 0.40, 0.40 + g],
+                           [0.42, 0.42 + u], [0.3, 0.3], [0.1, 0.1])
+            (tmp_path / name / f"s{seed}" / "config.yaml").write_text(f"lr: 1.0\nseed: {seed}\n")
+            runs.append(run)
+        return runs
+
+    base = arm("base", [(0.05, 0.02), (0.10, 0.04), (0.00, 0.06)])
+    new = arm("new", [(0.07, 0.02), (0.16, 0.00), (0.05, 0.06)])
+    # listed out of order: pairing goes by the config's seed, not by position
+    res = seed_report.report(new, against=base[::-1])["summary"]["paired"]
+    assert res["seeds"] == [0, 1, 2]
+    # differences +0.02, +0.06, +0.05: mean 0.13 / 3, by hand
+    assert res["gain_train"]["values"] == pytest.approx([0.02, 0.06, 0.05])
+    assert res["gain_train"]["mean"] == pytest.approx(0.13 / 3)
+    assert res["gain_unseen"]["values"] == pytest.approx([0.0, -0.04, 0.0])
+    assert res["gain_unseen"]["se"] == pytest.approx(np.std([0.0, -0.04, 0.0], ddof=1) / 3 ** 0.5)
+    assert seed_report.main(new + ["--against"] + base) == 0
+    assert "paired gain_train: +4.3 +- 1.2 points vs the baseline" in capsys.readouterr().out
+    # a baseline with no shared seed is named
+    (tmp_path / "base" / "s0" / "config.yaml").write_text("seed: 7\n")
+    assert seed_report.main(new[1:2] + ["--against", base[0]]) == 2
+    assert "no baseline run shares a training seed" in capsys.readouterr().err
 
 
 def test_missing_history_is_named(tmp_path, capsys):
