@@ -16,6 +16,7 @@ FIELDS = (  # (metric key, label, format)
     ("rollout/zero_var_groups", "zero-var groups", "{:.2f}"),
     ("train/loss", "loss", "{:+.4f}"),
     ("train/approx_kl", "kl", "{:.2e}"),
+    ("train/ref_kl", "ref kl", "{:.2e}"),  # algorithm.kl_coef > 0 only
     ("train/clip_fraction", "clip", "{:.3f}"),
     ("train/entropy", "entropy", "{:.3f}"),
     ("train/grad_norm", "|g|", "{:.3f}"),

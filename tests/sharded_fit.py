@@ -20,7 +20,8 @@ def main(out_dir: str) -> None:
 
     faulthandler.dump_traceback_later(100, exit=True)  # a hang prints every stack, then exits
     cfg = toy_cfg(out_dir, **{"trainer.max_steps": 3, "trainer.devices": 2,
-                              "rollout.num_envs": 8, "algorithm.global_batch": 16})
+                              "rollout.num_envs": 8, "algorithm.global_batch": 16,
+                              "algorithm.kl_coef": 0.05})  # the reference is sharded too
     cfg.strategy = OmegaConf.create({
         "_target_": "strategies.HybridShardStrategy", "shard_size": "world",
         "param_dtype": None, "reduce_dtype": None, "sync_module_states": True,
@@ -30,11 +31,15 @@ def main(out_dir: str) -> None:
     trainer, module = fit(cfg)
     state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v)
              for k, v in module.policy.state_dict().items()}
+    ref = module.reference_policy
+    ref_bias = ref.bias.full_tensor() if hasattr(ref.bias, "full_tensor") else ref.bias
     summary = {"rank": trainer.global_rank, "world": trainer.world_size,
                "steps": trainer.global_step, "version": module.policy_version,
                "success": module.success_history,
                "bias_sum": float(state["bias"].sum()),
-               "sharded": type(module.policy).__name__}
+               "sharded": type(module.policy).__name__,
+               "ref_sharded": type(ref).__name__, "ref_bias_abs": float(ref_bias.abs().sum()),
+               "ref_kl": module.last_metrics["train/ref_kl"]}
     with open(os.path.join(out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(summary, f)
 

@@ -22,6 +22,10 @@ def test_two_rank_sharded_grpo(tmp_path, ray_local):
     for r in ranks:
         assert r["world"] == 2 and r["steps"] == 3 and r["version"] == 3
         assert r["sharded"].startswith("FSDP")  # the policy really was fully_shard-ed
+        # algorithm.kl_coef > 0: the frozen reference is sharded as well, and never trains
+        # (the toy policy starts at zero); by step 3 the policy has moved away from it
+        assert r["ref_sharded"].startswith("FSDP") and r["ref_bias_abs"] == 0.0
+        assert r["ref_kl"] > 0
     # the ranks rolled out different episodes but hold the same (all-reduced) weights
     assert ranks[0]["success"] != ranks[1]["success"]
     assert ranks[0]["bias_sum"] == ranks[1]["bias_sum"] != 0.0

@@ -181,3 +181,47 @@ def test_cosine_schedule_needs_the_runs_length(tmp_path):
                         enable_model_summary=False, default_root_dir=tmp_path)
     with pytest.raises(ValueError, match="trainer.max_steps or algorithm.lr_schedule_steps"):
         trainer.fit(module, train_dataloaders=iter([hand_batch()]))
+
+
+def test_kl_penalty_pulls_the_policy_back_to_the_frozen_base(tmp_path):
+    module = make_module(kl_coef=1.0, filter_groups=False)
+    with torch.no_grad():  # the policy has drifted from the base: bin 30's logit is up by 1
+        module.policy.bias[:, 30] = 1.0
+    batch = hand_batch()
+    batch.tokens.fill_(30)
+    batch.rewards.zero_()
+    batch.success.zero_()  # every group flat: zero advantages, only the KL term has a gradient
+    fit(module, [batch], tmp_path)
+    m = module.last_metrics
+    # k3 at logp = 1 - log(e + 255), logp_ref = -log 256 (the reference is the zero-init base)
+    d = -math.log(256) - (1 - math.log(math.e + 255))
+    assert m["train/ref_kl"] == pytest.approx(math.exp(d) - d - 1, rel=1e-4)
+    bias = module.policy.bias.detach()
+    # AdamW's first step moves each parameter by lr * sign(gradient): back towards the base
+    assert torch.allclose(bias[:, 30], torch.full((56,), 0.9), atol=1e-5)
+    assert torch.allclose(bias[:, 31], torch.full((56,), 0.1), atol=1e-3)  # |grad| ~ 1e-5 vs eps
+    assert module.reference_policy.bias.abs().max() == 0  # the reference never trains
+    # checkpoints leave the reference out (rebuilt from the policy config) and load strictly
+    state = module.state_dict()
+    assert state and not any(k.startswith("reference_policy.") for k in state)
+    fresh = make_module(kl_coef=1.0)
+    fresh.load_state_dict(state, strict=True)
+    assert torch.equal(fresh.policy.bias, module.policy.bias)
+    assert fresh.reference_policy.bias.abs().max() == 0
+    # the same through torch.distributed.checkpoint's state-dict API (the DCP checkpoints)
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions, get_model_state_dict, set_model_state_dict)
+    dcp_state = get_model_state_dict(module)
+    assert dcp_state.keys() == state.keys()
+    again = make_module(kl_coef=1.0)
+    set_model_state_dict(again, dcp_state, options=StateDictOptions(strict=True))
+    assert torch.equal(again.policy.bias, module.policy.bias)
+    with pytest.raises(ValueError, match="algorithm.kl_coef"):
+        make_module(kl_coef=-0.1)
+
+
+def test_without_kl_coef_there_is_no_reference(tmp_path):
+    module = make_module()
+    assert module.reference_policy is None
+    fit(module, [hand_batch()], tmp_path)
+    assert "train/ref_kl" not in module.last_metrics

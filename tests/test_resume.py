@@ -30,14 +30,17 @@ def _assert_same(a, b):
 
 def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
     # a cosine lr over the 4 steps: the resumed half must pick the schedule up at step 2
-    # (Lightning restores the scheduler), else steps 3-4 take other learning rates
+    # (Lightning restores the scheduler), else steps 3-4 take other learning rates; a KL
+    # penalty to the base: the resumed half must rebuild the reference from the policy config
+    # (the base weights, not the checkpoint's), else its steps 3-4 pull toward other weights
     over = {"trainer.max_steps": 4, "logger": None, "algorithm.lr_schedule": "cosine",
-            "algorithm.lr_schedule_steps": 4}
+            "algorithm.lr_schedule_steps": 4, "algorithm.kl_coef": 0.5}
     fit(toy_cfg(tmp_path / "a", **over))
     fit(toy_cfg(tmp_path / "b", **over))
     straight = _state(tmp_path / "a" / "checkpoints" / "last.ckpt")
     _assert_same(straight, _state(tmp_path / "b" / "checkpoints" / "last.ckpt"))
     assert straight[0] == 4 and straight[1]["policy.bias"].abs().sum() > 0  # it trained
+    assert not any(k.startswith("reference_policy.") for k in straight[1])  # not saved
     sched = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)[
         "lr_schedulers"][0]
     assert sched["last_epoch"] == 4 and sched["_last_lr"][0] == pytest.approx(0.0)

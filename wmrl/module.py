@@ -12,6 +12,11 @@ made with the current weights) ->
 3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping; the learning rate
    follows ``lr_schedule`` over the run's optimizer steps (``lr_multiplier``).
 
+``kl_coef`` > 0 adds GRPO's KL penalty to a frozen reference: a copy of the policy as built
+(the base weights; ``reference_policy``, a submodule, so the strategy places, shards and
+offloads it like the policy). It is left out of checkpoints (it is rebuilt from the policy
+config on resume) and costs one no-grad forward per micro-batch.
+
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
 
 An optimizer step whose log-probs, loss or grad norm is NaN/Inf is skipped (weights and AdamW
@@ -34,6 +39,7 @@ The train/* metrics are reduced over ranks (exact for the union); rollout/* are 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any, Iterator
@@ -66,6 +72,20 @@ def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str
     }
 
 
+_REFERENCE = "reference_policy."
+
+
+def _drop_reference_keys(module: Any, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    # the frozen reference is the base policy, rebuilt from config: checkpoints skip it
+    for key in [k for k in state_dict if k.startswith(prefix + _REFERENCE)]:
+        del state_dict[key]
+
+
+def _allow_missing_reference_keys(module: Any, incompatible: Any) -> None:
+    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys
+                                    if not k.startswith(_REFERENCE)]
+
+
 class GRPOModule(L.LightningModule):
     def __init__(
         self,
@@ -93,9 +113,18 @@ class GRPOModule(L.LightningModule):
         gradient_accumulation: bool = True,
         seed: int = 0,
         max_nonfinite_steps: int = 3,
+        kl_coef: float = 0.0,
     ):
         super().__init__()
         self.policy = build(policy)
+        if not kl_coef >= 0:
+            raise ValueError(f"algorithm.kl_coef must be >= 0 (0: no KL penalty); got {kl_coef}")
+        self.kl_coef = kl_coef
+        self.reference_policy = None
+        if kl_coef > 0:
+            self.reference_policy = copy.deepcopy(self.policy).requires_grad_(False).eval()
+            self.register_state_dict_post_hook(_drop_reference_keys)
+            self.register_load_state_dict_post_hook(_allow_missing_reference_keys)
         self.group_size = group_size
         self.temperature = temperature
         self.optim_args = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
@@ -123,9 +152,10 @@ class GRPOModule(L.LightningModule):
         # the policy's entry points are log_probs/sample, so they get the same hooks
         from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
 
-        if isinstance(self.policy, FSDPModule):
-            for method in ("log_probs", "sample"):
-                register_fsdp_forward_method(self.policy, method)
+        for module in (self.policy, self.reference_policy):
+            if isinstance(module, FSDPModule):
+                for method in ("log_probs", "sample"):
+                    register_fsdp_forward_method(module, method)
 
     def configure_optimizers(self) -> dict[str, Any]:
         opt = torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
@@ -322,11 +352,17 @@ class GRPOModule(L.LightningModule):
         tokens = s["tokens"][idx].to(dev)
         logprobs, entropy = self.policy.log_probs(obs, tokens, self.temperature,
                                                   return_entropy=True)
+        ref_logprobs = None
+        if self.reference_policy is not None:
+            with torch.no_grad():
+                ref_logprobs = self.reference_policy.log_probs(obs, tokens, self.temperature)
+            ref_logprobs = ref_logprobs.float()
         weights = s["weights"][idx].to(dev)
         mask = weights > 0  # padding samples (see update) count in neither loss nor metrics
         loss, m = grpo.policy_loss(
             logprobs.float(), s["old_logprobs"][idx].to(dev), s["advantages"][idx].to(dev),
-            mask, weights=weights * scale, **self.loss_args,
+            mask, weights=weights * scale, ref_logprobs=ref_logprobs, kl_coef=self.kl_coef,
+            **self.loss_args,
         )
         n_valid = mask.sum().float()
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)

@@ -121,12 +121,13 @@ class AlgorithmSchema:
     update_epochs: int = 1
     gradient_accumulation: bool = True
     max_nonfinite_steps: int = 3
+    kl_coef: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch", "micro_batch",
                   "update_epochs", "max_nonfinite_steps")
         _positive("algorithm", self, "weight_decay", "clip_low", "clip_high", "lr_warmup_steps",
-                  allow_zero=True)
+                  "kl_coef", allow_zero=True)
         _positive("algorithm", self, "lr_schedule_steps")
         _require("algorithm.lr_min_ratio", self.lr_min_ratio, 0 <= self.lr_min_ratio <= 1,
                  "must be in [0, 1] (the cosine schedule's last lr as a fraction of lr)")

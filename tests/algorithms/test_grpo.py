@@ -159,3 +159,26 @@ def test_global_normalisers_make_rank_weights_slices_of_the_union():
         assert parts[1].shape == (0, 5)
         local = aggregation_weights(mask[blocks[0]], agg)  # its own normaliser: far too big
         assert local.sum() > 1.5 * whole[blocks[0]].sum()
+
+
+def test_kl_penalty_to_the_reference_by_hand():
+    # one token, A = 0: the loss is beta * k3 with logp = log 0.5, logp_ref = log 0.25:
+    # k3 = exp(-log 2) + log 2 - 1 = 0.5 + 0.6931 - 1 = 0.1931; d loss / d logp = beta (1 - 0.5)
+    lp = torch.full((1, 1), math.log(0.5), requires_grad=True)
+    ref = torch.full((1, 1), math.log(0.25))
+    loss, metrics = policy_loss(lp, lp.detach(), torch.zeros(1), torch.ones(1, 1),
+                                ref_logprobs=ref, kl_coef=0.1)
+    assert loss.item() == pytest.approx(0.1 * (0.5 + math.log(2) - 1))
+    assert metrics["ref_kl"].item() == pytest.approx(0.5 + math.log(2) - 1)
+    loss.backward()
+    assert lp.grad.item() == pytest.approx(0.05)
+    # the same policy as the reference costs nothing; a masked token never counts
+    same, m = policy_loss(ref, ref, torch.zeros(1), torch.ones(1, 1), ref_logprobs=ref,
+                          kl_coef=0.1)
+    assert same.item() == 0.0 and m["ref_kl"].item() == 0.0
+    masked, m = policy_loss(lp.detach().expand(1, 2), lp.detach().expand(1, 2), torch.zeros(1),
+                            torch.tensor([[1.0, 0.0]]), ref_logprobs=ref.expand(1, 2),
+                            kl_coef=0.1)
+    assert m["ref_kl"].item() == pytest.approx(0.5 + math.log(2) - 1)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(lp, lp, torch.zeros(1), torch.ones(1, 1), kl_coef=0.1)

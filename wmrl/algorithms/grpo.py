@@ -19,6 +19,11 @@ Clipped surrogate per token (``policy_loss``), rho = exp(logp - logp_old)::
     l_t = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
     dual clip c (A < 0 only):  l_t = min(l_t, c |A|)
 
+KL to a frozen reference policy (``kl_coef`` beta > 0; DeepSeekMath's GRPO penalty, the
+unbiased, non-negative k3 estimator of KL(pi || pi_ref) per sampled token)::
+
+    l_t += beta (exp(logp_ref - logp) - (logp_ref - logp) - 1)
+
 Aggregation over valid tokens (L_i = number of valid tokens of row i)::
 
     traj-mean           (1/N) sum_i (1/L_i) sum_t m l      (WoVR Eq. 11: 1/T_valid per trajectory)
@@ -138,11 +143,15 @@ def policy_loss(
     dual_clip: float | None = None,
     aggregation: str = "traj-mean",
     weights: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped GRPO surrogate. logprobs/old_logprobs/mask [N, L], advantages [N].
 
     ``weights`` [N, L] overrides the aggregation (use ``aggregation_weights`` on the full
-    batch and pass slices of it for micro-batches). Returns (loss, metrics)."""
+    batch and pass slices of it for micro-batches). ``ref_logprobs`` [N, L] (the frozen
+    reference policy's, no gradient) adds ``kl_coef`` x the k3 KL per token and the
+    ``ref_kl`` metric. Returns (loss, metrics)."""
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
             f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
@@ -150,6 +159,8 @@ def policy_loss(
         )
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (got {dual_clip})")
+    if kl_coef and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs (the reference policy's log-probs)")
     m = mask.bool()
     adv = advantages.to(logprobs.dtype).unsqueeze(1).expand_as(logprobs)
     log_ratio = torch.where(m, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
@@ -160,6 +171,11 @@ def policy_loss(
     if dual_clip is not None:
         bounded = torch.minimum(per_token, dual_clip * adv.abs())
         per_token = torch.where(adv < 0, bounded, per_token)
+    ref_kl = None
+    if ref_logprobs is not None:
+        ref_log_ratio = torch.where(m, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))
+        ref_kl = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # k3, >= 0, 0 where masked
+        per_token = per_token + kl_coef * ref_kl
     if weights is None:
         weights = aggregation_weights(m, aggregation)
     loss = (weights.to(per_token.dtype) * torch.where(m, per_token, 0.0)).sum()
@@ -176,4 +192,6 @@ def policy_loss(
             "ratio_mean": masked_mean(ratio),
             "ratio_max": torch.where(m, ratio, 0.0).max() if m.any() else ratio.new_zeros(()),
         }
+        if ref_kl is not None:
+            metrics["ref_kl"] = masked_mean(ref_kl)
     return loss, metrics
