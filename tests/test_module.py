@@ -210,7 +210,10 @@ def test_kl_penalty_pulls_the_policy_back_to_the_frozen_base(tmp_path):
     assert fresh.reference_policy.bias.abs().max() == 0
     # the same through torch.distributed.checkpoint's state-dict API (the DCP checkpoints)
     from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions, get_model_state_dict, set_model_state_dict)
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+    )
     dcp_state = get_model_state_dict(module)
     assert dcp_state.keys() == state.keys()
     again = make_module(kl_coef=1.0)
