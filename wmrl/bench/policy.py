@@ -2,7 +2,9 @@
 and the differentiable log-prob pass (forward + backward) that the GRPO update runs. Fused ops
 (``build_policy(fused_ops=...)``, ``strategies.fused``): per-call RMSNorm eager vs fused at the
 tiny policy's shape and at Llama-7B width, and the policy forward's fused / eager time ratio,
-measured side by side (interleaved rounds, medians)."""
+measured side by side (interleaved rounds, medians). The GRPO micro-batch (``GRPOModule._micro_loss``
++ backward) with ``algorithm.kl_coef`` > 0 against 0, side by side: the cost of the frozen
+reference's extra no-grad forward."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def run(repeats: int = 10) -> list[dict]:
         {"name": "policy.logprob_fwd_bwd_samples_per_s", "value": BATCH / t_update,
          "unit": "samples/s", "seconds_per_batch": t_update, **ctx},
         *fused_figures(policy, obs, rounds=max(3, repeats // 2)),
+        kl_figure(policy, obs, tokens, rounds=max(3, repeats // 2)),
     ]
 
 
@@ -83,6 +86,30 @@ def _rms_norm_figure(name: str, eager_norm, shape: tuple, rounds: int) -> dict:
     return {"name": name, "value": t["fused"] * 1e6, "unit": "us", "eager_us": t["eager"] * 1e6,
             "speedup": t["eager"] / t["fused"], "shape": list(shape), "dtype": "float32",
             "kernel": kernel, "threads": torch.get_num_threads()}
+
+
+def kl_figure(policy, obs: dict, tokens: torch.Tensor, rounds: int = 5) -> dict:
+    """Seconds per GRPO micro-batch (loss + backward) with the KL penalty (``kl_coef`` 0.1: the
+    reference policy's no-grad forward and the k3 term) and without, the same weights, tokens
+    and advantages, interleaved."""
+    from wmrl.module import GRPOModule
+
+    b, per_chunk = tokens.shape
+    samples = {"image": obs["image"], "task": obs["task"], "tokens": tokens,
+               "old_logprobs": torch.full((b, per_chunk), -5.0),
+               "advantages": torch.linspace(-1, 1, b), "weights": torch.full((b, per_chunk), 1.0 / b)}
+    idx = torch.arange(b)
+    modules = {"kl0": GRPOModule(policy=copy.deepcopy(policy)),
+               "kl": GRPOModule(policy=copy.deepcopy(policy), kl_coef=0.1)}
+
+    def step(module):
+        module.zero_grad(set_to_none=True)
+        module._micro_loss(samples, idx, 1.0)[0].backward()
+
+    t = _side_by_side({k: (lambda m=m: step(m)) for k, m in modules.items()}, rounds, calls=2)
+    return {"name": "policy.kl_micro_batch_time_ratio", "value": t["kl"] / t["kl0"],
+            "unit": "kl/no_kl", "kl0_s": t["kl0"], "kl_s": t["kl"], "kl_coef": 0.1,
+            "batch": b, "config": "openvla_oft_tiny", "threads": torch.get_num_threads()}
 
 
 def fused_figures(policy, obs: dict, rounds: int = 5) -> list[dict]:
