@@ -64,7 +64,7 @@ def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_e
     frames, texts = initial_frames(task.name, states, seed=eval_seed, image_size=size,
                                    camera=task.camera)
     env_cfg = dict(to_container(cfg.env), reward=to_container(cfg.reward))
-    env_cfg.update(num_envs=min(num_envs, states), group_size=1, chunk=8,
+    env_cfg.update(num_envs=min(num_envs, states), group_size=1, chunk=int(cfg.rollout.chunk),
                    max_episode_steps=int(task.max_episode_steps), resample_check=False,
                    resample_return=None)
     t0 = time.perf_counter()
