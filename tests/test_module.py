@@ -174,6 +174,34 @@ def test_cosine_schedule_sets_each_steps_lr(tmp_path):
                           atol=1e-5)
 
 
+def test_a_training_step_is_one_global_step_however_many_optimizer_steps(tmp_path):
+    """hand_batch keeps 2 samples (group 1 is flat): global_batch 1 cuts them into 2
+    mini-batches and update_epochs 2 passes twice, so 4 AdamW steps a batch; yet each batch
+    is one global step (max_steps = 4 batches runs all 4) and the cosine lr moves once per
+    batch (the 4-step values of the test above)."""
+    snaps = Snapshots()
+    module = make_module(global_batch=1, micro_batch=1, update_epochs=2, lr_schedule="cosine")
+    trainer = fit(module, [hand_batch(v) for v in range(4)], tmp_path, callbacks=[snaps])
+    assert [s["global_step"] for s in snaps.taken] == [1, 2, 3, 4]
+    assert [int(s["adam"][0]["step"]) for s in snaps.taken] == [4, 8, 12, 16]
+    assert [m["train/optimizer_steps"] for m in module.history] == [4.0] * 4
+    assert [m["train/lr"] for m in module.history] == pytest.approx(
+        [0.1, 0.0853553, 0.05, 0.0146447], abs=1e-7)
+    assert trainer.global_step == 4 and module.policy_version == 4
+
+    # a batch with every group flat takes one empty (counted) step, and the lr moves on:
+    # cosine over 2 steps is 0.1 then 0.05; AdamW holds no state until batch 2's 4 steps
+    flat = hand_batch()
+    flat.success.zero_()
+    flat.rewards.zero_()
+    snaps = Snapshots()
+    module = make_module(global_batch=1, micro_batch=1, update_epochs=2, lr_schedule="cosine")
+    fit(module, [flat, hand_batch(1)], tmp_path, callbacks=[snaps])
+    assert [s["global_step"] for s in snaps.taken] == [1, 2]
+    assert snaps.taken[0]["adam"] == {} and int(snaps.taken[1]["adam"][0]["step"]) == 4
+    assert [m["train/lr"] for m in module.history] == pytest.approx([0.1, 0.05], abs=1e-7)
+
+
 def test_cosine_schedule_needs_the_runs_length(tmp_path):
     module = make_module(lr_schedule="cosine")
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False,

@@ -10,7 +10,11 @@ made with the current weights) ->
    ``micro_batch`` pieces whose losses are weighted so their sum is exactly the mini-batch
    loss (``aggregation_weights`` on the whole batch, rescaled by |batch| / |mini-batch|);
 3. ``update_epochs`` passes over the batch; AdamW, grad-norm clipping; the learning rate
-   follows ``lr_schedule`` over the run's optimizer steps (``lr_multiplier``).
+   follows ``lr_schedule`` over the run's training steps (``lr_multiplier``), one value for
+   all optimizer steps of a batch.
+
+``trainer.global_step`` (so ``trainer.max_steps``, ``every_n_steps``, checkpoint names)
+counts training steps = rollout batches, however many optimizer steps a batch takes.
 
 ``kl_coef`` > 0 adds GRPO's KL penalty to a frozen reference: a copy of the policy as built
 (the base weights; ``reference_policy``, a submodule, so the strategy places, shards and
@@ -46,6 +50,7 @@ from typing import Any, Iterator
 
 import lightning as L
 import torch
+from lightning.pytorch.core.optimizer import do_nothing_closure
 
 from wmrl.algorithms import grpo
 from wmrl.algorithms.lr_schedule import lr_multiplier
@@ -160,7 +165,7 @@ class GRPOModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         opt = torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
         total = self.lr_schedule_steps
-        if total is None:  # the run's optimizer steps (= training steps at one per batch)
+        if total is None:  # the run's training steps
             total = self.trainer.max_steps
         if self.lr_schedule["schedule"] != "constant" and total < 1:
             raise ValueError(
@@ -168,13 +173,26 @@ class GRPOModule(L.LightningModule):
                 f"set trainer.max_steps or algorithm.lr_schedule_steps (got {total})")
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: lr_multiplier(step, total, **self.lr_schedule))
-        # stepped by hand after every optimizer step (manual optimization); Lightning saves
+        # stepped by hand after every training step (manual optimization); Lightning saves
         # and restores its state with the checkpoint, so a resumed run keeps its place
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def _step(self, opt: Any) -> None:
-        """One optimizer step (taken or skipped: Lightning counts both) and the lr after it."""
-        opt.step()
+    def _step(self, opt: Any, counted: bool) -> None:
+        """One optimizer step (taken, or skipped with no gradients). Lightning counts the
+        steps that go through ``LightningOptimizer.step``: only the first of a training step
+        does (``counted``); the others take the strategy's own ``optimizer_step`` (the same
+        precision and strategy path, uncounted). So ``trainer.global_step`` counts rollout
+        batches, and with it ``trainer.max_steps``, every ``every_n_steps`` and the
+        checkpoints' names, whatever ``global_batch``, ``update_epochs`` or
+        ``gradient_accumulation`` make of a batch (Lightning alone would count each
+        optimizer step, a number that varies with the groups kept)."""
+        if counted:
+            opt.step()
+        else:
+            self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, self)
+
+    def _step_lr_schedule(self) -> None:
+        """The lr after a training step: the schedule counts training steps, as max_steps."""
         sched = self.lr_schedulers()
         if sched is not None:
             sched.step()
@@ -260,7 +278,8 @@ class GRPOModule(L.LightningModule):
             # step count - and trainer.max_steps - follows rollout batches; AdamW skips
             # parameters without gradients, so weights and state are untouched.
             self.optimizers().zero_grad(set_to_none=True)
-            self._step(self.optimizers())
+            self._step(self.optimizers(), counted=True)
+            self._step_lr_schedule()
             return metrics
         pad = target - len(src)
         if pad:
@@ -316,7 +335,7 @@ class GRPOModule(L.LightningModule):
                         part[key] = part.get(key, zero) + v * n_valid
                     part["valid"] = part["valid"] + n_valid
                 with Tracer.trace_span("trainer.optimizer_step"):
-                    norm = self._clip_and_step(opt, bad)
+                    norm = self._clip_and_step(opt, bad, counted=steps == 0)
                 steps += 1
                 if norm is None:
                     skipped += 1
@@ -326,6 +345,7 @@ class GRPOModule(L.LightningModule):
                 norm_sum = norm_sum + norm
                 for key, v in part.items():
                     token_sums[key] = token_sums.get(key, zero) + v
+        self._step_lr_schedule()
         world = self.trainer.world_size
         if world > 1:
             # every rank's loss is R x its share of the union's loss (see update): the mean
@@ -368,7 +388,8 @@ class GRPOModule(L.LightningModule):
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
         return loss, m, n_valid, torch.isfinite(logprobs.detach()).all()
 
-    def _clip_and_step(self, opt: Any, bad: torch.Tensor) -> torch.Tensor | None:
+    def _clip_and_step(self, opt: Any, bad: torch.Tensor, counted: bool = True
+                       ) -> torch.Tensor | None:
         """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor, or None if
         the step was skipped: ``bad`` = [non-finite log-probs, loss] of its micro-batches.
 
@@ -394,12 +415,12 @@ class GRPOModule(L.LightningModule):
             flags = self.trainer.strategy.reduce(flags, reduce_op="max")
         flags = flags.tolist()  # the step's one host sync
         if not any(flags):
-            self._step(opt)
+            self._step(opt, counted)
             opt.zero_grad(set_to_none=True)
             self.nonfinite_run = 0
             return norm
         opt.zero_grad(set_to_none=True)
-        self._step(opt)  # no gradients: a no-op that Lightning still counts
+        self._step(opt, counted)  # no gradients: a no-op, counted as a taken step is
         self.nonfinite_run += 1
         if self.nonfinite_run >= self.max_nonfinite_steps:
             what = ", ".join(n for n, f in zip(("log-probs", "loss", "grad norm"), flags) if f)
