@@ -20,7 +20,11 @@ def main(out_dir: str) -> None:
 
     faulthandler.dump_traceback_later(100, exit=True)  # a hang prints every stack, then exits
     cfg = toy_cfg(out_dir, **{"trainer.max_steps": 3, "trainer.devices": 2,
-                              "rollout.num_envs": 8, "algorithm.global_batch": 16,
+                              # 16 samples a rank (no group dropped) in mini-batches of 8:
+                              # the second optimizer step of a batch goes through the FSDP
+                              # strategy uncounted, so global_step still counts batches (3)
+                              "rollout.num_envs": 8, "algorithm.global_batch": 8,
+                              "algorithm.filter_groups": False,
                               "algorithm.kl_coef": 0.05})  # the reference is sharded too
     cfg.strategy = OmegaConf.create({
         "_target_": "strategies.HybridShardStrategy", "shard_size": "world",
@@ -35,6 +39,7 @@ def main(out_dir: str) -> None:
     ref_bias = ref.bias.full_tensor() if hasattr(ref.bias, "full_tensor") else ref.bias
     summary = {"rank": trainer.global_rank, "world": trainer.world_size,
                "steps": trainer.global_step, "version": module.policy_version,
+               "optimizer_steps": [m["train/optimizer_steps"] for m in module.history],
                "success": module.success_history,
                "bias_sum": float(state["bias"].sum()),
                "sharded": type(module.policy).__name__,

@@ -21,6 +21,7 @@ def test_two_rank_sharded_grpo(tmp_path, ray_local):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for r in ranks:
         assert r["world"] == 2 and r["steps"] == 3 and r["version"] == 3
+        assert r["optimizer_steps"] == [2.0, 2.0, 2.0]  # 2 a batch, one global step each
         assert r["sharded"].startswith("FSDP")  # the policy really was fully_shard-ed
         # algorithm.kl_coef > 0: the frozen reference is sharded as well, and never trains
         # (the toy policy starts at zero); by step 3 the policy has moved away from it
