@@ -388,8 +388,7 @@ class GRPOModule(L.LightningModule):
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
         return loss, m, n_valid, torch.isfinite(logprobs.detach()).all()
 
-    def _clip_and_step(self, opt: Any, bad: torch.Tensor, counted: bool = True
-                       ) -> torch.Tensor | None:
+    def _clip_and_step(self, opt: Any, bad: torch.Tensor, counted: bool) -> torch.Tensor | None:
         """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor, or None if
         the step was skipped: ``bad`` = [non-finite log-probs, loss] of its micro-batches.
 
