@@ -54,21 +54,28 @@ def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
 def test_default_fit_with_sim_eval_twice_is_bit_identical(tmp_path, ray_local):
     """The shipped assets (policy, world model with its resample check, reward) at a tiny batch,
     the simulator evaluating every step on train and unseen scenes: two runs give the same
-    weights, the same evals and the same exploitation signal."""
+    weights, the same evals and the same exploitation signal. A 3-step run without the sim
+    eval passes through the same step-2 weights: the evals leave training alone, and a longer
+    run's step-N checkpoint is the N-step run's policy (scripts/choose_run_length.py)."""
     import json
 
     from conftest import CONF_DIR
     from hydra import compose, initialize_config_dir
 
+    tiny = ["logger=csv", "rollout.num_envs=8", "rollout.group_size=4",
+            "algorithm.global_batch=64"]
     for name in ("a", "b"):
         with initialize_config_dir(CONF_DIR, version_base="1.3"):
             cfg = compose("fit", overrides=[
-                f"run_dir={tmp_path / name}", "logger=csv", "trainer.max_steps=2",
-                "rollout.num_envs=8", "rollout.group_size=4", "algorithm.global_batch=64",
+                f"run_dir={tmp_path / name}", *tiny, "trainer.max_steps=2",
                 "callbacks.sim_eval.every_n_steps=1", "callbacks.sim_eval.episodes_per_task=6",
                 "+callbacks.sim_eval.num_envs=6", "+callbacks.sim_eval.num_videos=0",
                 "checkpoint.keep_last=0"])
         fit(cfg)
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        fit(compose("fit", overrides=[f"run_dir={tmp_path / 'long'}", *tiny,
+                                      "trainer.max_steps=3", "callbacks.sim_eval=null",
+                                      "checkpoint.keep_last=-1"]))
     a, b = (_state(tmp_path / n / "checkpoints" / "last.ckpt") for n in "ab")
     _assert_same(a, b)
     hist = [[json.loads(line) for line in open(tmp_path / n / "sim_eval" / "history.jsonl")]
@@ -81,3 +88,6 @@ def test_default_fit_with_sim_eval_twice_is_bit_identical(tmp_path, ray_local):
     fragile = [read_metric(str(tmp_path / n), "wm/fragile_success").values for n in "ab"]
     assert len(fragile[0]) == 2 and (fragile[0] == fragile[1]).all()
     assert a[0] == 2 and len(a[2]) > 0  # two steps, and AdamW state: a real update happened
+    long_dir = tmp_path / "long" / "checkpoints"
+    _assert_same(a, _state(long_dir / "step-000002.ckpt"))
+    assert _state(long_dir / "last.ckpt")[0] == 3

@@ -1,0 +1,90 @@
+"""scripts/choose_run_length.py: step checkpoints scored on held-out scenes, the best step."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from wmrl.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],
+                    "mask": [True] * 6 + [False]}}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+crl = _script("choose_run_length")
+
+
+def test_choose_hand_numbers():
+    out = crl.choose({0: [0.40, 0.40, 0.40], 5: [0.45, 0.47, 0.49], 10: [0.50, 0.44, 0.41],
+                      15: [0.47, 0.47, 0.47]})
+    assert out["best_step"] == 5  # mean 0.47; step 15 ties it and is longer
+    row = out["by_step"][10]
+    assert row["mean"] == pytest.approx(0.45)
+    # sample std of (.50, .44, .41) = sqrt((.05^2 + .01^2 + .04^2) / 2) = sqrt(.0021)
+    assert row["se"] == pytest.approx(math.sqrt(0.0021) / math.sqrt(3))
+    assert out["by_step"][15]["se"] == pytest.approx(0.0)
+
+
+def test_step_checkpoints_and_common_steps(tmp_path):
+    for run, steps in {"a": [5, 10, 15], "b": [5, 10]}.items():
+        d = tmp_path / run / "checkpoints"
+        d.mkdir(parents=True)
+        for s in steps:
+            (d / f"step-{s:06d}.ckpt").write_bytes(b"")
+        (d / "last.ckpt").write_bytes(b"")
+    found = {r: crl.step_checkpoints(str(tmp_path / r)) for r in "ab"}
+    assert sorted(found["a"]) == [5, 10, 15]
+    assert found["b"][10].endswith("b/checkpoints/step-000010.ckpt")
+    assert crl.common_steps(found) == [5, 10]  # run b stopped at 10
+    (tmp_path / "c" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="keep_last=-1"):
+        crl.step_checkpoints(str(tmp_path / "c"))
+    with pytest.raises(ConfigError, match="no checkpoints/ dir"):
+        crl.step_checkpoints(str(tmp_path / "missing"))
+
+
+def test_refuses_the_reported_scene_sets(tmp_path):
+    for seed in (0, 1):  # task.eval_seed, task.unseen_eval_seed
+        with pytest.raises(ConfigError, match="choose the run length on another one"):
+            crl.score([str(tmp_path)], eval_seed=seed)
+
+
+def test_scores_every_step_checkpoint_in_the_simulator(tmp_path):
+    """Each (run, step) cell is the simulator success of that run's checkpoint on eval_seed 2:
+    the shipped SFT weights score as the base policy (step 0) does; with a zeroed lm_head (every
+    action token equally likely: uniform random actions) the policy scores lower."""
+    ev = _script("eval")
+    policy_cfg = {"_target_": "wmrl.policies.openvla_oft.build_policy",
+                  "pretrained_path": str(ROOT / "wmrl/assets/policy"), "unnorm_key": "tabletop"}
+    sft = ev.load_policy(policy_cfg).state_dict()
+    zero = dict(sft, **{"language_model.lm_head.weight":
+                        torch.zeros_like(sft["language_model.lm_head.weight"])})
+    cells = {"run0": {2: sft, 4: zero}, "run1": {2: zero, 4: sft}}
+    for run, steps in cells.items():
+        d = tmp_path / run / "checkpoints"
+        d.mkdir(parents=True)
+        for step, w in steps.items():
+            torch.save({"state_dict": {f"policy.{k}": v for k, v in w.items()},
+                        "global_step": step}, d / f"step-{step:06d}.ckpt")
+    runs = [str(tmp_path / r) for r in cells]
+    out = crl.score(runs, eval_seed=2, states=16, overrides=["num_envs=16", "threads=2"])
+    base = out["by_step"][0]["values"][0]
+    zeroed = out["by_step"][2]["values"][1]
+    assert out["by_step"][0]["values"] == [base, base]
+    assert out["by_step"][2]["values"] == [base, zeroed]
+    assert out["by_step"][4]["values"] == [zeroed, base]
+    assert base > zeroed  # ~40% for the SFT policy
+    assert out["best_step"] == 0  # every step ties the base mean at best: the shortest wins
+    assert out["eval_seed"] == 2 and out["states"] == 16
