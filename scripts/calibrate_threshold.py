@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from wmrl.atomic import atomic_path  # noqa: E402
+from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, build, to_container  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy  # noqa: E402
@@ -104,9 +103,7 @@ def main(argv: list[str]) -> int:
         return 2
     print(json.dumps(out))
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with atomic_path(args.out) as tmp, open(tmp, "w") as f:
-            json.dump(out, f, indent=2)
+        write_text(args.out, json.dumps(out, indent=2))
     return 0
 
 

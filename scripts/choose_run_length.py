@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from wmrl.atomic import atomic_path  # noqa: E402
+from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, to_container  # noqa: E402
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
@@ -126,9 +126,7 @@ def main(argv: list[str]) -> int:
         print(f"step {step:>4}: {100 * row['mean']:.1f} +- {100 * row['se']:.1f} ({vals}){mark}")
     print(json.dumps(out))
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with atomic_path(args.out) as tmp, open(tmp, "w") as f:
-            json.dump(out, f, indent=2)
+        write_text(args.out, json.dumps(out, indent=2))
     return 0
 
 
