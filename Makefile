@@ -1,19 +1,53 @@
-# The two commands: `make fit` (the main job) and `make test`. Each makes .venv when missing.
+# The two commands: `make fit` (the main job) and `make test`. Each makes .venv when missing,
+# with exactly the tested set of packages (requirements/lock.txt, hashes checked).
 PY      ?= python3
 VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
+LOCK    ?= requirements/lock.txt
 STAMP   := $(VENV)/.installed
 
-.PHONY: fit test test-fast lint assets bench plan clean install libero gpu-check
+.PHONY: fit test test-fast test-latest lock lint assets bench plan clean install install-ranges libero gpu-check
 
-$(STAMP): pyproject.toml
+# torch first and pinned: this machine's CPU wheel, never a multi-GB CUDA build. Then the lock,
+# file for file (--require-hashes; --no-deps: the lock is the whole set), then wmrl itself.
+$(STAMP): pyproject.toml $(LOCK)
+	$(PY) scripts/lock.py check-platform $(LOCK)
 	test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	# torch first and pinned: this machine's CPU wheel, never a multi-GB CUDA build.
+	$(VPY) -m pip install -q "$(TORCH)"
+	$(VPY) -m pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(VPY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(VPY) -m pip check
+	touch $(STAMP)
+
+# pyproject.toml's ranges, newest releases: another platform than the lock's (not the tested set)
+install-ranges:
+	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q "$(TORCH)"
 	$(VPY) -m pip install -q -e ".[dev]" "$(TORCH)"
 	touch $(STAMP)
+
+# Re-resolve to the newest releases, install exactly that candidate lock into .venv-lock, run
+# `make test` there; only when it passes does the candidate replace requirements/lock.txt.
+lock:
+	rm -rf .venv-lock && $(PY) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --dry-run --ignore-installed \
+		--report .venv-lock/report.json "$(TORCH)" -e ".[dev]"
+	$(PY) scripts/lock.py write .venv-lock/report.json --out .venv-lock/lock.txt
+	$(MAKE) test VENV=.venv-lock LOCK=.venv-lock/lock.txt
+	cp .venv-lock/lock.txt $(LOCK)
+	@echo "lock: $(LOCK) rewritten (make test passed on it); review and commit it"
+
+# Not in CI: the newest releases in .venv-latest, the packages that differ from the lock
+# named, then the tests. A break from a new release is found here, not by a user.
+test-latest:
+	rm -rf .venv-latest && $(PY) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q "$(TORCH)"
+	.venv-latest/bin/python -m pip install -q -e ".[dev]" "$(TORCH)"
+	.venv-latest/bin/python scripts/lock.py diff $(LOCK) | tee .venv-latest/differs.txt
+	.venv-latest/bin/python -m ruff check wmrl strategies callbacks scripts tests
+	.venv-latest/bin/python -m pytest -q $(ARGS) || { echo; echo "make test-latest failed;" \
+		"these releases are newer than the lock:"; cat .venv-latest/differs.txt; exit 1; }
 
 install: $(STAMP)
 
@@ -52,4 +86,4 @@ assets: $(STAMP)
 	$(VPY) scripts/make_assets.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) outputs wandb .pytest_cache
+	rm -rf $(VENV) .venv-lock .venv-latest outputs wandb .pytest_cache

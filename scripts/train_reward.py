@@ -134,7 +134,10 @@ def train(cfg: dict) -> dict:
     pos_weight = (train_idx.numel() - pos) / max(pos, 1.0) if cfg["balance"] else 1.0
 
     def batch(idx: torch.Tensor):
-        x = frames_to_input(data["frames"][idx], model_cfg.get("image_size")).to(device)
+        # contiguous NCHW: torch 2.13's oneDNN conv backward on a channels-last view (what the
+        # HWC frames permute to) corrupts the heap with one thread on AVX2 (AMD EPYC) CPUs
+        x = frames_to_input(data["frames"][idx], model_cfg.get("image_size")).to(
+            device).contiguous()
         t = None if data["task_ids"] is None else data["task_ids"][idx].to(device)
         return x, t, labels[idx].to(device)
 

@@ -78,6 +78,17 @@ def chunk_step_seconds(model: ActionWanModel, cfg: dict, num_envs: int = 32,
 
 
 def run(cfg: dict, log=print) -> dict:
+    """The whole stage under ``cfg["threads"]`` torch threads and flushed denormals; the
+    caller's thread count is restored after (it is process-wide state)."""
+    threads = torch.get_num_threads()
+    try:
+        return _run(cfg, log)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+
+
+def _run(cfg: dict, log=print) -> dict:
     log = log or (lambda msg: None)
     torch.set_num_threads(int(cfg.get("threads", 1)))
     torch.set_flush_denormal(True)  # tiny nets drift into subnormals, which are slow on CPU

@@ -10,7 +10,9 @@
 - ``DeviceMixedPrecision``: autocast on the real device type.
 - ``apply_fused_ops(model, device_type)``: RMSNorm / rotary swapped for the device's fused
   kernels (``torch_npu.npu_rms_norm`` / ``npu_rotary_mul`` on Ascend, ``F.rms_norm``
-  elsewhere) per module instance, probed against the eager math; returns a ``FusedOpsReport``.
+  elsewhere) per module instance, through transformers' kernel hooks (``kernels.kernelize``
+  with in-process layers) or, without hooks, a probed instance forward; probed against the
+  eager math; returns a ``FusedOpsReport`` saying which path ran.
 
 Install on its own with ``pip install ./strategies`` (distribution ``wmrl-strategies``); the
 runnable example is in ``strategies/README.md``.

@@ -1,39 +1,53 @@
 """Swap a model's hot ops for the device's fused kernels: RMSNorm and rotary position embedding.
 
-``apply_fused_ops(model, device_type)`` walks ``model.modules()`` and
+``apply_fused_ops(model, device_type)`` takes one of two paths per module and says which in its
+report:
 
-- ``rms_norm``: gives every RMSNorm-like module (class name ending in ``RMSNorm``, a 1-D
-  ``weight`` [hidden], ``variance_epsilon`` or ``eps``, no bias) an instance-level ``forward``
-  that calls the kernel ``(x, weight, eps) -> y``: ``torch_npu.npu_rms_norm`` on Ascend,
-  ``torch.nn.functional.rms_norm`` elsewhere. Covers transformers' ``LlamaRMSNorm``,
-  ``torch.nn.RMSNorm`` (diffusers' Wan ``norm_q``/``norm_k``) and diffusers' ``RMSNorm``.
-- ``rotary``: gives every module whose class ``forward`` calls a module-level
-  ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` (transformers' Llama family) an
-  instance-level ``forward``: a copy of the class's function whose *globals* map that name to
-  the fused version (``torch_npu.npu_rotary_mul`` on q and on k). The copy keeps the decorator
-  chain (``functools.wraps`` wrappers are re-created around the new inner function).
-  Nothing global changes: ``modeling_llama.apply_rotary_pos_emb``, the classes and every other
-  model stay eager. Elsewhere than Ascend there is no fused rotary kernel and the eager one
-  stays (pass ``kernels={"rotary": fn}`` for your own, e.g. ``torch.compile(rotary_reference)``).
+- **hooks** (the supported path): transformers 5 marks its layers for exactly this swap —
+  ``@use_kernel_forward_from_hub("RMSNorm")`` on ``LlamaRMSNorm`` and its kin, and
+  ``@use_kernelized_func(apply_rotary_pos_emb)`` on the attention classes, whose
+  ``apply_rotary_pos_emb`` is ``@use_kernel_forward_from_hub("rotary_pos_emb")``. The HF
+  ``kernels`` library serves those hooks: ``kernelize(module, device=..., mode=...)`` gives each
+  marked module the forward of a layer found in a kernel mapping. We register two in-process
+  layers (``FusedRMSNorm``, ``FusedRotary``; no hub, nothing downloaded) in a mapping scoped with
+  ``use_kernel_mapping(..., inherit_mapping=False)`` and kernelize each accepted module of the
+  given model: the classes, ``modeling_llama.apply_rotary_pos_emb`` and every other model stay
+  eager (transformers gives each attention instance its own rotary wrapper).
+- **probe** (the fallback for modules without hooks: ``torch.nn.RMSNorm`` in diffusers' Wan,
+  a custom model, transformers without ``kernels``, or a device type ``kernels`` does not know,
+  e.g. MUSA): an RMSNorm-like module (class name ending in ``RMSNorm``, a 1-D ``weight``,
+  ``variance_epsilon`` or ``eps``, no bias) gets the same ``FusedRMSNorm`` forward on the
+  instance; a module whose *undecorated* class ``forward`` calls a module-level
+  ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` gets an instance forward: a copy of
+  that function whose globals map the name to the fused version. A decorated forward without
+  hooks is refused (re-creating a decorator's closure is what broke on transformers 5.25).
 
-Safety: a module is swapped only after a probe on random data (fp32, random weight, on the
-module's own device) shows its eager forward computes the standard formula (``weight * x /
-rms(x)``; ``q * cos + rotate_half(q) * sin``): Gemma's ``(1 + weight)``, an interleaved or
-partial rotary, a bias are refused and reported. At call time the kernel runs only for tensors
-on ``device_type`` (else the eager forward: a model patched for ``npu`` still runs on CPU), with
-matching dtypes (else eager, which keeps eager's dtype promotion), and for a full-width rotary.
+Both paths probe first, on random fp32 data and a random weight, that the eager op computes the
+standard formula (``weight * x / rms(x)``; ``q * cos + rotate_half(q) * sin``): Gemma's
+``(1 + weight)``, an interleaved or partial rotary, a bias are refused and reported. At call
+time the kernel runs only for tensors on ``device_type`` with matching dtypes (else eager: a
+model fused for ``npu`` still runs on CPU), and for a full-width rotary. When a model carries
+hooks for an op that has a kernel and nothing was replaced, the report says so in ``warnings``
+(and ``warnings.warn``) instead of staying silent.
 
-Parameters, state-dict keys, module classes and FSDP wrapping are untouched; the instance
-forwards survive ``copy.deepcopy`` and pickling; ``remove_fused_ops(model)`` restores eager.
+Kernels per device: ``rms_norm`` is ``torch_npu.npu_rms_norm`` on Ascend and
+``torch.nn.functional.rms_norm`` elsewhere; ``rotary`` is ``torch_npu.npu_rotary_mul`` on Ascend
+and eager elsewhere (``kernels={"rotary": fn}`` for your own, e.g.
+``torch.compile(rotary_reference)``). Parameters, state-dict keys, module classes and FSDP
+wrapping are untouched; the fused forwards survive ``copy.deepcopy`` and pickling;
+``remove_fused_ops(model)`` restores eager.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
+import logging
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +59,10 @@ from strategies import devices
 
 OPS = ("rms_norm", "rotary")
 ROTARY_NAMES = ("apply_rotary_pos_emb",)
+# the layer names transformers' hooks register per op (``kernel_layer_name``)
+HOOK_NAMES = {"rms_norm": ("RMSNorm",), "rotary": ("rotary_pos_emb",)}
+# device types the kernels library knows (kernels.kernelize validates against these)
+KERNELS_DEVICE_TYPES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu")
 
 
 # ---- kernels -----------------------------------------------------------------------------
@@ -106,31 +124,55 @@ def resolve_device_type(device_type: str | torch.device | None = "auto") -> str:
     return str(device_type).split(":")[0]  # "npu:0" parses before torch_npu registers npu
 
 
+def kernels_device_type(device_type: str) -> str | None:
+    """``device_type`` as the kernels library names it (ROCm builds report ``cuda`` in torch,
+    ``rocm`` in kernels), or None where kernels does not know it (e.g. ``musa``)."""
+    if device_type == "cuda" and getattr(torch.version, "hip", None):
+        return "rocm"
+    return device_type if device_type in KERNELS_DEVICE_TYPES else None
+
+
 # ---- report ------------------------------------------------------------------------------
 @dataclass
 class FusedOpsReport:
-    """What ``apply_fused_ops`` replaced: per op the module names, per skipped candidate why."""
+    """What ``apply_fused_ops`` replaced: per op the module names, per replaced module the path
+    (``"hooks"``: transformers' kernel hooks via ``kernels.kernelize``; ``"probe"``: an instance
+    forward set here), per skipped candidate why, and warnings (hooks present, nothing fused)."""
 
     device_type: str
     kernels: dict[str, str | None]  # op -> kernel name (None: eager kept, no kernel)
     replaced: dict[str, list[str]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # "op:module name" -> reason
+    path: dict[str, str] = field(default_factory=dict)  # "op:module name" -> hooks | probe
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
-    def count(self, op: str) -> int:
-        return len(self.replaced.get(op, []))
+    def count(self, op: str, path: str | None = None) -> int:
+        names = self.replaced.get(op, [])
+        if path is None:
+            return len(names)
+        return sum(self.path.get(f"{op}:{n}") == path for n in names)
 
     def as_dict(self) -> dict:
         return {"device_type": self.device_type, "kernels": dict(self.kernels),
                 "replaced": {k: len(v) for k, v in self.replaced.items()},
-                "skipped": dict(self.skipped)}
+                "via_hooks": {k: self.count(k, "hooks") for k in self.replaced},
+                "skipped": dict(self.skipped), "warnings": list(self.warnings),
+                "notes": list(self.notes)}
 
     def summary(self) -> str:
         parts = []
         for op, kern in self.kernels.items():
-            parts.append(f"{op}: {self.count(op)} modules -> {kern}" if kern
-                         else f"{op}: eager kept (no fused kernel for {self.device_type})")
+            if not kern:
+                parts.append(f"{op}: eager kept (no fused kernel for {self.device_type})")
+                continue
+            n, hooks = self.count(op), self.count(op, "hooks")
+            via = [f"{hooks} via kernel hooks"] * bool(hooks) + \
+                [f"{n - hooks} via probe"] * bool(n - hooks)
+            parts.append(f"{op}: {n} modules -> {kern}" + (f" ({', '.join(via)})" if via else ""))
         if self.skipped:
             parts.append(f"{len(self.skipped)} skipped")
+        parts += [f"WARNING {w}" for w in self.warnings]
         return f"fused ops on {self.device_type}: " + "; ".join(parts)
 
     __str__ = summary
@@ -140,14 +182,90 @@ class _Refused(Exception):
     """A candidate module that is not swapped (the message is the report's reason)."""
 
 
-# ---- RMSNorm -----------------------------------------------------------------------------
-def _rms_norm_candidate(module: nn.Module) -> str | None:
+# ---- the fused layers (stateless, as kernels requires; picklable by reference) -------------
+@dataclass(frozen=True)
+class FusedChoice:
+    """What a fused module runs: the kernel, for tensors on ``device_type``; ``eps_attr`` names
+    the module's epsilon. Kept on the module instance (``FUSED_ATTR``), so copies keep it."""
+
+    op: str
+    kernel: Callable
+    device_type: str
+    eps_attr: str | None = None
+
+
+FUSED_ATTR = "_strategies_fused"
+
+
+class FusedRMSNorm(nn.Module):
+    """The fused RMSNorm forward (bound to an RMSNorm module by kernelize or the probe path)."""
+
+    def forward(self, hidden_states):
+        choice = self.__dict__.get(FUSED_ATTR)
+        w = self.weight
+        if (choice is None or hidden_states.device.type != choice.device_type
+                or hidden_states.dtype != w.dtype):
+            return type(self).forward(self, hidden_states)  # eager keeps its dtype promotion
+        eps = getattr(self, choice.eps_attr)
+        if eps is None:  # torch.nn.RMSNorm(eps=None)
+            eps = torch.finfo(hidden_states.dtype).eps
+        return choice.kernel(hidden_states, w, float(eps))
+
+
+class FusedRotary(nn.Module):
+    """The fused ``apply_rotary_pos_emb`` (bound to transformers' per-instance rotary wrapper)."""
+
+    def forward(self, q, k, cos, sin, unsqueeze_dim=1):
+        choice = self.__dict__.get(FUSED_ATTR)
+        if (choice is None or q.device.type != choice.device_type
+                or cos.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]):
+            return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)  # the eager function
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return choice.kernel(q, cos, sin), choice.kernel(k, cos, sin)
+
+
+LAYERS = {"rms_norm": FusedRMSNorm, "rotary": FusedRotary}
+
+
+class InProcessLayer:
+    """A kernels repository (``load() -> layer class``) holding a layer defined in this process:
+    nothing is fetched from the hub or read from disk."""
+
+    def __init__(self, layer: type[nn.Module]):
+        self.layer, self.layer_name = layer, layer.__name__
+
+    def load(self) -> type[nn.Module]:
+        return self.layer
+
+    def __eq__(self, other):
+        return isinstance(other, InProcessLayer) and other.layer is self.layer
+
+    def __hash__(self):
+        return hash(self.layer)
+
+    def __str__(self):
+        return f"in-process layer {self.layer.__module__}.{self.layer.__qualname__}"
+
+
+def _kernels_lib():
+    try:
+        import kernels
+    except ImportError:
+        return None
+    return kernels
+
+
+# ---- probes --------------------------------------------------------------------------------
+def _rms_norm_eps_attr(module: nn.Module) -> str:
     """The eps attribute name of an RMSNorm-like module; raises _Refused with the reason."""
     w = getattr(module, "weight", None)
     if not isinstance(w, torch.Tensor) or w.ndim != 1:
         raise _Refused("no 1-D weight (elementwise_affine=False?)")
     if getattr(module, "bias", None) is not None:
         raise _Refused("has a bias")
+    params = list(inspect.signature(type(module).forward).parameters)[1:]
+    if len(params) != 1:  # kernels checks a layer's signature only against the first class
+        raise _Refused(f"forward takes {params}, not one input")
     for attr in ("variance_epsilon", "eps"):
         if hasattr(module, attr):
             return attr
@@ -179,47 +297,11 @@ def _probe_rms_norm(module: nn.Module, eps_attr: str) -> None:
         raise _Refused("eager forward is not weight * x / rms(x) (e.g. Gemma's 1 + weight)")
 
 
-class _RMSNormForward:
-    """Instance-level ``forward`` of an RMSNorm-like module (picklable, deep-copyable)."""
-
-    op = "rms_norm"
-
-    def __init__(self, module: nn.Module, kernel: Callable, eps_attr: str, device_type: str):
-        self.module, self.kernel, self.eps_attr = module, kernel, eps_attr
-        self.device_type = device_type
-
-    def __call__(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        m = self.module
-        w = m.weight
-        if (args or kwargs or hidden_states.device.type != self.device_type
-                or hidden_states.dtype != w.dtype):
-            return type(m).forward(m, hidden_states, *args, **kwargs)
-        eps = getattr(m, self.eps_attr)
-        if eps is None:  # torch.nn.RMSNorm(eps=None)
-            eps = torch.finfo(hidden_states.dtype).eps
-        return self.kernel(hidden_states, w, float(eps))
-
-
-# ---- rotary ------------------------------------------------------------------------------
-def _innermost(fn: Callable) -> Callable:
-    return inspect.unwrap(fn)
-
-
-def _rotary_name(forward: Callable, names: Iterable[str]) -> str | None:
-    inner = _innermost(forward)
-    code = getattr(inner, "__code__", None)
-    if code is None:
-        return None
-    for name in names:
-        if name in code.co_names and callable(inner.__globals__.get(name)):
-            return name
-    return None
-
-
 def _probe_rotary(fn: Callable) -> None:
     """``fn(q, k, cos, sin, unsqueeze_dim=1)`` computes the rotate-half rotary on q and k."""
-    try:
-        params = list(inspect.signature(fn).parameters)
+    try:  # a function, or transformers' hooked one (an nn.Module: its forward's signature)
+        params = list(inspect.signature(fn.forward if isinstance(fn, nn.Module) else fn)
+                      .parameters)
     except (TypeError, ValueError):
         params = []
     if params != ["q", "k", "cos", "sin", "unsqueeze_dim"]:
@@ -239,6 +321,56 @@ def _probe_rotary(fn: Callable) -> None:
         raise _Refused("rotary is not q * cos + rotate_half(q) * sin (interleaved / partial?)")
 
 
+# ---- the hooks path ------------------------------------------------------------------------
+def _hook_name(module: nn.Module, op: str) -> str | None:
+    name = getattr(type(module), "kernel_layer_name", None)
+    return name if name in HOOK_NAMES[op] else None
+
+
+def _hooked_rotaries(module: nn.Module) -> dict[str, nn.Module]:
+    """The per-instance rotary wrappers ``@use_kernelized_func`` attaches to ``module`` (a plain
+    attribute, as kernels documents; ``kernels.kernelize`` reads the same)."""
+    funcs = module.__dict__.get("_kernel_funcs") or {}
+    return {name: f for name, f in funcs.items() if _hook_name(f, "rotary")}
+
+
+@contextlib.contextmanager
+def _quiet_kernels():
+    """kernels logs a warning per module it reverts; one summary line in our report is enough."""
+    log = logging.getLogger("kernels")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _kernelize(lib, module: nn.Module, op: str, layer_name: str, kdev: str) -> None:
+    """kernels.kernelize on this one module, under a mapping of our in-process layer only."""
+    mapping = {layer_name: {kdev: InProcessLayer(LAYERS[op])}}
+    mode = lib.Mode.TRAINING if module.training else lib.Mode.INFERENCE
+    with lib.use_kernel_mapping(mapping, inherit_mapping=False):
+        lib.kernelize(module, mode=mode, device=kdev, use_fallback=False)
+
+
+def _kernelized(lib, module: nn.Module) -> bool:
+    """Whether kernels reports ``module`` as running a kernel (its public inspection API)."""
+    return "" in lib.get_kernelized_layers(module).layers
+
+
+# ---- the probe path for rotary (undecorated custom forwards) -------------------------------
+def _rotary_name(forward: Callable, names: Iterable[str]) -> str | None:
+    inner = inspect.unwrap(forward)  # a decorated forward is found, then refused
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return None
+    for name in names:
+        if name in code.co_names and callable(inner.__globals__.get(name)):
+            return name
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def _fused_rotary(original: Callable, kernel: Callable, device_type: str) -> Callable:
     """A drop-in ``apply_rotary_pos_emb`` that runs ``kernel`` on q and k."""
@@ -250,61 +382,26 @@ def _fused_rotary(original: Callable, kernel: Callable, device_type: str) -> Cal
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
         return kernel(q, cos, sin), kernel(k, cos, sin)
 
-    apply_rotary_pos_emb.__wrapped_original__ = original
     apply_rotary_pos_emb.kernel = kernel_name(kernel)
     return apply_rotary_pos_emb
 
 
-def _clone(fn: types.FunctionType, globals_: dict, closure) -> types.FunctionType:
-    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, closure)
-    new.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
-    new.__dict__.update(fn.__dict__)
-    for attr in ("__qualname__", "__doc__", "__module__", "__annotations__"):
-        setattr(new, attr, getattr(fn, attr))
-    return new
-
-
-def _rebind(fn: Callable, name: str, replacement: Callable) -> types.FunctionType:
-    """A copy of ``fn`` whose global ``name`` is ``replacement``; ``functools.wraps`` wrappers
-    (``__wrapped__`` held in their closure) are re-created around the new inner function."""
-    if not isinstance(fn, types.FunctionType):
-        raise _Refused(f"forward {fn!r} is not a Python function")
-    inner = getattr(fn, "__wrapped__", None)
-    if inner is None:
-        if name not in fn.__code__.co_names:
-            raise _Refused(f"{fn.__qualname__} does not look up {name} itself")
-        return _clone(fn, {**fn.__globals__, name: replacement}, fn.__closure__)
-    cells = fn.__closure__ or ()
-
-    def holds_inner(cell) -> bool:
-        try:
-            return cell.cell_contents is inner
-        except ValueError:  # empty cell
-            return False
-
-    hits = {i for i, c in enumerate(cells) if holds_inner(c)}
-    if not hits:
-        raise _Refused(f"decorator of {fn.__qualname__} does not keep the wrapped function in "
-                       "its closure: cannot re-create it")
-    new_inner = _rebind(inner, name, replacement)
-    closure = tuple(types.CellType(new_inner) if i in hits else c for i, c in enumerate(cells))
-    new = _clone(fn, fn.__globals__, closure)
-    new.__wrapped__ = new_inner
-    return new
-
-
 @functools.lru_cache(maxsize=None)
-def _rebound_forward(forward: Callable, name: str, kernel: Callable,
+def _rebound_forward(forward: types.FunctionType, name: str, kernel: Callable,
                      device_type: str) -> types.FunctionType:
-    original = _innermost(forward).__globals__[name]
-    return _rebind(forward, name, _fused_rotary(original, kernel, device_type))
+    """A copy of the class's plain ``forward`` whose global ``name`` is the fused rotary."""
+    fused = _fused_rotary(forward.__globals__[name], kernel, device_type)
+    new = types.FunctionType(forward.__code__, {**forward.__globals__, name: fused},
+                             forward.__name__, forward.__defaults__, forward.__closure__)
+    new.__kwdefaults__ = copy.copy(forward.__kwdefaults__)
+    for attr in ("__qualname__", "__doc__", "__module__", "__annotations__"):
+        setattr(new, attr, getattr(forward, attr))
+    return new
 
 
 class _RotaryForward:
-    """Instance-level ``forward``: the class's forward with a fused ``apply_rotary_pos_emb``
-    in its globals. Pickles as (module, name, kernel); the function is rebuilt on demand."""
-
-    op = "rotary"
+    """Instance-level ``forward`` of a custom attention module (probe path). Pickles as
+    (module, name, kernel); the function is rebuilt on demand."""
 
     def __init__(self, module: nn.Module, name: str, kernel: Callable, device_type: str):
         self.module, self.name, self.kernel, self.device_type = module, name, kernel, device_type
@@ -320,7 +417,33 @@ class _RotaryForward:
 
 # ---- entry points ------------------------------------------------------------------------
 def _is_fused(module: nn.Module) -> bool:
-    return isinstance(module.__dict__.get("forward"), (_RMSNormForward, _RotaryForward))
+    """Whether ``module`` runs a fused forward set by ``apply_fused_ops`` (either path)."""
+    fwd = module.__dict__.get("forward")
+    return isinstance(fwd, _RotaryForward) or getattr(fwd, "__func__", None) in (
+        FusedRMSNorm.forward, FusedRotary.forward) or getattr(fwd, "func", None) is \
+        FusedRMSNorm.forward
+
+
+def _fuse_norm(lib, module: nn.Module, choice: FusedChoice, kdev: str | None) -> str:
+    """Fuse one accepted RMSNorm; returns the path taken."""
+    hook = _hook_name(module, "rms_norm") if lib is not None else None
+    module.__dict__[FUSED_ATTR] = choice
+    if hook and kdev:
+        try:
+            _kernelize(lib, module, "rms_norm", hook, kdev)
+        except Exception as err:  # noqa: BLE001 - kernels refused our layer for this module
+            del module.__dict__[FUSED_ATTR]
+            raise _Refused(f"kernels.kernelize refused it ({type(err).__name__}: {err})") from None
+        if not _kernelized(lib, module):
+            del module.__dict__[FUSED_ATTR]
+            raise _Refused("kernels.kernelize left the eager forward in place")
+        # kernels binds the layer's forward as a bound method, which pickles by attribute name
+        # and so comes back as the class's eager forward; the same binding as a partial pickles
+        # by reference (kernels reverts it all the same: it drops the instance forward)
+        module.forward = functools.partial(FusedRMSNorm.forward, module)
+        return "hooks"
+    module.forward = functools.partial(FusedRMSNorm.forward, module)  # pickles by reference
+    return "probe"
 
 
 def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "auto",
@@ -344,53 +467,119 @@ def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "
         devices.import_vendor("npu")  # fail here, not in the first forward, without torch_npu
     report = FusedOpsReport(dev, {op: kernel_name(table.get(op)) for op in ops},
                             {op: [] for op in ops})
+    lib = _kernels_lib()
+    kdev = kernels_device_type(dev)
+    if lib is not None and kdev is None:
+        report.notes.append(f"the kernels library has no device type {dev!r}: hooked modules "
+                            "take the probe path")
     names = tuple(rotary_names)
-    checked: dict = {}  # (class forward, rotary function) -> None (ok) or refusal reason
-    for mod_name, module in model.named_modules():
-        if _is_fused(module):
-            continue
-        is_norm = "rms_norm" in ops and bool(table.get("rms_norm")) and \
-            type(module).__name__.endswith("RMSNorm")
-        forward = type(module).forward
-        rotary = (_rotary_name(forward, names)
-                  if not is_norm and "rotary" in ops and table.get("rotary") else None)
-        if not (is_norm or rotary):
-            continue
-        op = "rms_norm" if is_norm else "rotary"
-        if "forward" in module.__dict__:  # someone else's instance forward (hooks, adapters)
-            report.skipped[f"{op}:{mod_name}"] = "forward already overridden on the instance"
-            continue
-        try:
-            if is_norm:
-                eps_attr = _rms_norm_candidate(module)
-                _probe_rms_norm(module, eps_attr)
-                module.forward = _RMSNormForward(module, table["rms_norm"], eps_attr, dev)
-            else:
-                key = (forward, _innermost(forward).__globals__[rotary])
-                if key not in checked:
+    hooked = {op: 0 for op in ops}  # modules carrying transformers' hooks, per op
+    checked: dict = {}  # (class forward or eager rotary) -> None (ok) or refusal reason
+
+    def refuse_cached(key, check: Callable[[], None]) -> None:
+        if key not in checked:
+            try:
+                check()
+                checked[key] = None
+            except _Refused as why:
+                checked[key] = str(why)
+        if checked[key] is not None:
+            raise _Refused(checked[key])
+
+    with _quiet_kernels():
+        for mod_name, module in model.named_modules():
+            if _is_fused(module):
+                continue
+            # rotary through the hooks: transformers' per-instance wrapper(s) of this module
+            if "rotary" in ops and table.get("rotary") and lib is not None:
+                for fname, func in _hooked_rotaries(module).items():
+                    hooked["rotary"] += 1
+                    if _is_fused(func):
+                        continue
+                    key = f"rotary:{mod_name}"
                     try:
-                        _probe_rotary(key[1])
-                        _rebound_forward(forward, rotary, table["rotary"], dev)
-                        checked[key] = None
+                        if not kdev:
+                            raise _Refused(f"kernels has no device type {dev!r}")
+                        eager = types.MethodType(type(func).forward, func)
+                        refuse_cached((type(module), fname), lambda e=eager: _probe_rotary(e))
+                        func.__dict__[FUSED_ATTR] = FusedChoice("rotary", table["rotary"], dev)
+                        try:
+                            _kernelize(lib, func, "rotary", _hook_name(func, "rotary"), kdev)
+                        except Exception as err:  # noqa: BLE001
+                            raise _Refused(f"kernels.kernelize refused it "
+                                           f"({type(err).__name__}: {err})") from None
+                        if not _kernelized(lib, func):
+                            raise _Refused("kernels.kernelize left the eager function in place")
                     except _Refused as why:
-                        checked[key] = str(why)
-                if checked[key] is not None:
-                    raise _Refused(checked[key])
-                module.forward = _RotaryForward(module, rotary, table["rotary"], dev)
-        except _Refused as why:
-            report.skipped[f"{op}:{mod_name}"] = str(why)
-            continue
-        report.replaced[op].append(mod_name)
+                        func.__dict__.pop(FUSED_ATTR, None)
+                        report.skipped[key] = str(why)
+                        continue
+                    report.replaced["rotary"].append(mod_name)
+                    report.path[key] = "hooks"
+            is_norm = "rms_norm" in ops and bool(table.get("rms_norm")) and (
+                type(module).__name__.endswith("RMSNorm")
+                or (lib is not None and _hook_name(module, "rms_norm") is not None))
+            forward = type(module).forward
+            rotary = (_rotary_name(forward, names) if not is_norm and "rotary" in ops
+                      and table.get("rotary") and not _hooked_rotaries(module) else None)
+            if not (is_norm or rotary):
+                continue
+            op = "rms_norm" if is_norm else "rotary"
+            key = f"{op}:{mod_name}"
+            if is_norm and lib is not None and _hook_name(module, "rms_norm"):
+                hooked["rms_norm"] += 1
+            if "forward" in module.__dict__:  # someone else's instance forward (hooks, adapters)
+                report.skipped[key] = "forward already overridden on the instance"
+                continue
+            try:
+                if is_norm:
+                    eps_attr = _rms_norm_eps_attr(module)
+                    _probe_rms_norm(module, eps_attr)
+                    path = _fuse_norm(lib, module, FusedChoice(
+                        "rms_norm", table["rms_norm"], dev, eps_attr), kdev)
+                else:
+                    if hasattr(forward, "__wrapped__"):
+                        raise _Refused(f"{forward.__qualname__} is decorated and its class has no "
+                                       "kernel hooks: not swapped")
+                    refuse_cached((forward, forward.__globals__[rotary]), lambda f=forward, r=rotary: (
+                        _probe_rotary(f.__globals__[r]),
+                        _rebound_forward(f, r, table["rotary"], dev)))
+                    module.forward = _RotaryForward(module, rotary, table["rotary"], dev)
+                    path = "probe"
+            except _Refused as why:
+                report.skipped[key] = str(why)
+                continue
+            report.replaced[op].append(mod_name)
+            report.path[key] = path
+    for op, n in hooked.items():
+        if n and not report.count(op) and report.kernels.get(op):
+            msg = (f"{op}: {n} modules carry transformers' kernel hooks but none was fused "
+                   f"(see skipped)")
+            report.warnings.append(msg)
+            warnings.warn(f"apply_fused_ops: {msg}", RuntimeWarning, stacklevel=2)
     return report
 
 
 def remove_fused_ops(model: nn.Module) -> int:
     """Restore the eager forwards ``apply_fused_ops`` replaced; returns how many."""
+    lib = _kernels_lib()
     n = 0
-    for module in model.modules():
-        if _is_fused(module):
-            del module.__dict__["forward"]
-            n += 1
+    with _quiet_kernels():
+        for module in model.modules():
+            targets = [module, *(_hooked_rotaries(module).values() if lib else ())]
+            for m in targets:
+                if not _is_fused(m):
+                    continue
+                choice = m.__dict__.pop(FUSED_ATTR, None)
+                if lib is not None and _kernelized(lib, m):
+                    # kernels' own revert: kernelize with no mapping keeps the class forward
+                    with lib.use_kernel_mapping({}, inherit_mapping=False):
+                        lib.kernelize(m, mode=lib.Mode.INFERENCE,
+                                      device=kernels_device_type(choice.device_type) if choice
+                                      else "cpu", use_fallback=True)
+                else:
+                    m.__dict__.pop("forward", None)
+                n += 1
     return n
 
 
@@ -407,4 +596,3 @@ def fused_ops_config(value) -> str | None:
     if text in ("true", "on", "yes", "1", "auto"):
         return "auto"
     return resolve_device_type(text)
-

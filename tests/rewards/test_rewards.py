@@ -197,6 +197,30 @@ def test_train_reward_learns_bright_square_and_checkpoint_loads(tmp_path):
     assert (scores.flatten() == labels[:64]).float().mean() >= 0.9
 
 
+def test_train_reward_on_one_thread_survives(tmp_path):
+    """One torch thread (what the world-model stage used to leave behind, and Ray's default in
+    an actor): torch 2.13's oneDNN conv backward on channels-last frames corrupted the heap
+    on AVX2 CPUs and killed the process; train_reward feeds contiguous NCHW batches."""
+    import subprocess
+    import sys
+
+    square_dataset(tmp_path / "data")
+    code = (
+        "import json, sys, torch\n"
+        "torch.set_num_threads(1)\n"
+        f"sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        "import train_reward\n"
+        f"cfg = dict(data_dir={str(tmp_path / 'data')!r}, out_dir={str(tmp_path / 'ckpt')!r}, "
+        "arch='resnet', model={'widths': [4, 8, 8, 16], 'image_size': [32, 32]}, steps=60, "
+        "batch_size=32, lr=3e-3, weight_decay=0.0, val_fraction=0.25, balance=True, seed=0, "
+        "device='cpu', log_every=0)\n"
+        "print(json.dumps(train_reward.train(cfg)))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1])["accuracy"] >= 0.9
+
+
 def test_train_task_reward_roundtrip_and_bad_dataset(tmp_path):
     mod = _train_module()
     x, _ = square_dataset(tmp_path / "data", n=48, with_tasks=True)

@@ -1,6 +1,7 @@
 """strategies.fused: RMSNorm / rotary swapped for fused kernels, checked against the eager
 modules on CPU (torch built-ins) and through a fake ``torch_npu`` that records its calls and
-computes the same math with torch (no Ascend card here)."""
+computes the same math with torch (no Ascend card here). transformers' Llama goes through its
+kernel hooks (``kernels.kernelize``); modules without hooks through the probe path."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pickle
 import sys
 import types
 
+import kernels
 import pytest
 import torch
 from torch import nn
@@ -24,6 +26,11 @@ from strategies.fused import (
     kernels_for,
     remove_fused_ops,
 )
+
+# transformers marks its layers for kernels only when the kernels library is installed (it is a
+# dependency of transformers >= 5.25 and of wmrl)
+HOOKS = hasattr(modeling_llama.LlamaRMSNorm, "kernel_layer_name")
+needs_hooks = pytest.mark.skipif(not HOOKS, reason="transformers without its kernel hooks")
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, rms_norm_eps=1e-6)
@@ -79,6 +86,7 @@ def test_rms_norm_matches_eager_llama_rmsnorm():
     ref = copy.deepcopy(norm)
     report = apply_fused_ops(norm, "cpu", ops=("rms_norm",))
     assert report.replaced == {"rms_norm": [""]}
+    assert report.path == {"rms_norm:": "hooks" if HOOKS else "probe"}
     assert report.kernels == {"rms_norm": "torch.nn.functional.rms_norm"}
     x = torch.randn(4, 7, 64, requires_grad=True)
     x2 = x.detach().clone().requires_grad_(True)
@@ -106,8 +114,9 @@ def test_tiny_llama_cpu_builtins_match_eager():
                                            "layers.0.post_attention_layernorm",
                                            "layers.1.input_layernorm",
                                            "layers.1.post_attention_layernorm", "norm"]
+    assert report.count("rms_norm", "hooks") == (5 if HOOKS else 0)
     assert report.kernels["rotary"] is None and report.replaced["rotary"] == []  # no CPU kernel
-    assert "rotary: eager kept" in report.summary()
+    assert "rotary: eager kept" in report.summary() and report.warnings == []
     kw = llama_inputs()
     out = model(**kw).last_hidden_state
     ref = eager(**kw).last_hidden_state
@@ -120,6 +129,7 @@ def test_tiny_llama_cpu_builtins_match_eager():
 
 
 # ---- the NPU path, through a fake torch_npu --------------------------------------------------
+@needs_hooks
 def test_npu_kernels_called_with_the_right_arguments(fake_npu):
     eager = tiny_llama()
     model = copy.deepcopy(eager)
@@ -129,6 +139,8 @@ def test_npu_kernels_called_with_the_right_arguments(fake_npu):
                               "rotary": "torch_npu.npu_rotary_mul"}
     assert report.count("rms_norm") == 5
     assert report.replaced["rotary"] == ["layers.0.self_attn", "layers.1.self_attn"]
+    assert set(report.path.values()) == {"hooks"} and report.warnings == []
+    assert "rms_norm: 5 modules -> torch_npu.npu_rms_norm (5 via kernel hooks)" in str(report)
     kw = llama_inputs(b=3, s=10)
     out = model(**kw).last_hidden_state
     torch.testing.assert_close(out, eager(**kw).last_hidden_state, rtol=1e-5, atol=1e-5)
@@ -150,6 +162,7 @@ def test_npu_kernels_called_with_the_right_arguments(fake_npu):
     assert model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
 
 
+@needs_hooks
 def test_npu_device_type_imports_torch_npu_and_routes_only_npu_tensors(fake_npu, monkeypatch):
     eager = tiny_llama()
     model = copy.deepcopy(eager)
@@ -168,31 +181,84 @@ def test_npu_device_type_imports_torch_npu_and_routes_only_npu_tensors(fake_npu,
         apply_fused_ops(tiny_llama(), "npu")
 
 
-def test_no_global_patching_and_decorators_kept(fake_npu):
+@needs_hooks
+def test_no_global_patching_only_this_model_through_kernels(fake_npu):
     rotary_before = modeling_llama.apply_rotary_pos_emb
     forward_before = modeling_llama.LlamaAttention.forward
+    norm_forward_before = modeling_llama.LlamaRMSNorm.forward
     model = tiny_llama()
     apply_fused_ops(model, "cpu", kernels=kernels_for("npu"))
     assert modeling_llama.apply_rotary_pos_emb is rotary_before
     assert modeling_llama.LlamaAttention.forward is forward_before
+    assert modeling_llama.LlamaRMSNorm.forward is norm_forward_before
     other = tiny_llama()  # another model of the same classes stays eager
     other(**llama_inputs())
     assert fake_npu == []
-    # the instance forward is the class's decorator chain, re-created around a copy whose
-    # globals hold the fused apply_rotary_pos_emb
-    fn = model.layers[0].self_attn.forward.function
-    assert fn is not forward_before and hasattr(forward_before, "__wrapped__")
-    assert fn.__wrapped__ is not forward_before.__wrapped__
-    inner = fn.__wrapped__
-    assert inner.__code__ is forward_before.__wrapped__.__code__
-    assert inner.__globals__["apply_rotary_pos_emb"].kernel == "torch_npu.npu_rotary_mul"
-    assert model.layers[1].self_attn.forward.function is fn  # one copy per class and kernel
-    # partial-width cos/sin is not given to the kernel: the eager function runs (and fails
-    # on these shapes as it would unpatched)
+    # kernels' own inspection: our in-process layers, on this model only
+    done = kernels.get_kernelized_layers(model)
+    assert sorted(done.layers) == ["layers.0.input_layernorm", "layers.0.post_attention_layernorm",
+                                   "layers.1.input_layernorm", "layers.1.post_attention_layernorm",
+                                   "norm"]
+    assert sorted(done.funcs) == [("layers.0.self_attn", "rotary_pos_emb"),
+                                  ("layers.1.self_attn", "rotary_pos_emb")]
+    assert {str(x.repo) for x in [*done.layers.values(), *done.funcs.values()]} == {
+        "in-process layer strategies.fused.FusedRMSNorm",
+        "in-process layer strategies.fused.FusedRotary"}
+    assert kernels.get_kernelized_layers(other).layers == {}
+    assert kernels.get_kernelized_layers(other).funcs == {}
+    # partial-width cos/sin is not given to the kernel: the eager function runs (and fails on
+    # these shapes as it would unpatched)
+    rotary = done.funcs[("layers.0.self_attn", "rotary_pos_emb")].module
     q, cos = torch.randn(1, 2, 3, 8), torch.randn(1, 3, 4)
     with pytest.raises(RuntimeError):
-        inner.__globals__["apply_rotary_pos_emb"](q, q, cos, cos)
+        rotary(q, q, cos, cos)
     assert fake_npu == []
+    # remove_fused_ops: kernels reverts each module to its class forward
+    assert remove_fused_ops(model) == 7
+    assert kernels.get_kernelized_layers(model).layers == {}
+    assert kernels.get_kernelized_layers(model).funcs == {}
+    model(**llama_inputs())
+    assert fake_npu == []
+
+
+class HookedGemmaRMSNorm(nn.Module):  # hooks, but (1 + weight): the probe refuses it
+    def __init__(self, dim):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.zeros(dim)), 1e-6
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
+
+
+class HookedResidualRMSNorm(nn.Module):  # hooks, standard math, another forward signature
+    def __init__(self, dim):
+        super().__init__()
+        self.weight, self.variance_epsilon = nn.Parameter(torch.ones(dim)), 1e-6
+
+    def forward(self, x, residual=None):
+        x = x if residual is None else x + residual
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
+                                             + self.variance_epsilon)
+
+
+for _cls in (HookedGemmaRMSNorm, HookedResidualRMSNorm):
+    kernels.replace_kernel_forward_from_hub(_cls, "RMSNorm")
+
+
+def test_hooks_present_nothing_fused_is_a_named_warning():
+    model = nn.ModuleDict(dict(gemma=HookedGemmaRMSNorm(8), residual=HookedResidualRMSNorm(8)))
+    with pytest.warns(RuntimeWarning, match="rms_norm: 2 modules carry transformers' kernel hooks"):
+        report = apply_fused_ops(model, "cpu")
+    assert report.count("rms_norm") == 0 and len(report.warnings) == 1
+    assert "WARNING rms_norm: 2 modules carry" in report.summary()
+    assert "Gemma" in report.skipped["rms_norm:gemma"]
+    assert "['x', 'residual'], not one input" in report.skipped["rms_norm:residual"]
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(model["residual"](x), HookedResidualRMSNorm(8)(x))
+    # a real fusion on the same model is not a warning
+    model["plain"] = modeling_llama.LlamaRMSNorm(8)
+    report = apply_fused_ops(model, "cpu")
+    assert report.count("rms_norm") == 1 and report.warnings == []
 
 
 # ---- duck typing: what is and is not swapped -------------------------------------------------
@@ -276,7 +342,8 @@ def test_only_standard_modules_are_swapped():
     assert "weight" in report.skipped["rms_norm:noaffine"]
     assert "overridden" in report.skipped["rms_norm:hooked"]
     assert "interleaved" in report.skipped["rotary:attn"]
-    assert "cannot re-create" in report.skipped["rotary:opaque"]
+    assert "decorated" in report.skipped["rotary:opaque"]
+    assert set(report.path.values()) == {"probe"}  # no hooks on these classes
     x = torch.randn(2, 5, 8)
     for k in ("gemma", "noeps", "noaffine", "torch_eps_none", "torch_eps", "layer"):
         torch.testing.assert_close(model[k](x), ref[k](x), rtol=1e-6, atol=1e-6, msg=k)
@@ -305,7 +372,8 @@ def test_wan_transformer_rms_norms(request):
                 m.weight.uniform_(0.5, 1.5)
     model = copy.deepcopy(eager)
     report = apply_fused_ops(model, "cpu", ops=("rms_norm",), kernels=kernels_for("npu"))
-    assert report.count("rms_norm") == 8  # norm_q / norm_k of attn1 and attn2, 2 blocks
+    assert report.count("rms_norm", "probe") == 8  # norm_q / norm_k of attn1/attn2, 2 blocks
+    assert report.warnings == []  # torch.nn.RMSNorm carries no hooks: the probe path
     assert all(n.split(".")[-1] in ("norm_q", "norm_k") for n in report.replaced["rms_norm"])
     args = (torch.randn(1, 4, 3, 8, 8), torch.tensor([500]), torch.randn(1, 5, 32))
     with torch.no_grad():
@@ -316,6 +384,7 @@ def test_wan_transformer_rms_norms(request):
 
 
 # ---- copies ------------------------------------------------------------------------------------
+@needs_hooks
 def test_deepcopy_and_pickle_keep_the_fused_forwards(fake_npu):
     model = tiny_llama()
     apply_fused_ops(model, "cpu", kernels=kernels_for("npu"))
@@ -324,9 +393,11 @@ def test_deepcopy_and_pickle_keep_the_fused_forwards(fake_npu):
         ref = model(**kw).last_hidden_state
         for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
             fake_npu.clear()
-            attn = clone.layers[0].self_attn
-            assert attn.forward.module is attn  # bound to the copy, not to the original
-            assert clone.norm.forward.module is clone.norm
+            assert clone.norm.forward.args == (clone.norm,)  # bound to the copy
+            done = kernels.get_kernelized_layers(clone)
+            assert len(done.layers) == 5 and len(done.funcs) == 2
+            wrapper = done.funcs[("layers.0.self_attn", "rotary_pos_emb")].module
+            assert wrapper.forward.__self__ is wrapper
             torch.testing.assert_close(clone(**kw).last_hidden_state, ref, rtol=0, atol=0)
             assert len(fake_npu) == 9
             clone.norm.weight.mul_(2)  # a copy's weights are its own
@@ -368,13 +439,14 @@ def test_policy_forward_fused_matches_eager(eager_policy_logprobs):
     torch.testing.assert_close(cpu.log_probs(obs, tokens, 1.6), lp, rtol=0, atol=1e-5)
 
 
+@needs_hooks
 def test_policy_forward_npu_kernels_match_eager(eager_policy_logprobs, fake_npu):
     from wmrl.policies.openvla_oft import build_policy
 
     obs, tokens, lp = eager_policy_logprobs
     npu = build_policy()  # the NPU kernels (fake), as an Ascend run calls them
     report = apply_fused_ops(npu, "cpu", kernels=kernels_for("npu"))
-    assert (report.count("rms_norm"), report.count("rotary")) == (5, 2)
+    assert (report.count("rms_norm", "hooks"), report.count("rotary", "hooks")) == (5, 2)
     torch.testing.assert_close(npu.log_probs(obs, tokens, 1.6), lp, rtol=0, atol=1e-5)
     assert {c[0] for c in fake_npu} == {"rms_norm", "rotary"}
 
