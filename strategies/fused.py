@@ -424,25 +424,60 @@ def _is_fused(module: nn.Module) -> bool:
         FusedRMSNorm.forward
 
 
-def _fuse_norm(lib, module: nn.Module, choice: FusedChoice, kdev: str | None) -> str:
-    """Fuse one accepted RMSNorm; returns the path taken."""
-    hook = _hook_name(module, "rms_norm") if lib is not None else None
+def _kernelize_checked(lib, module: nn.Module, choice: FusedChoice, layer_name: str,
+                       kdev: str) -> None:
+    """kernels.kernelize ``module`` to run ``choice``, verified with kernels' own inspection;
+    raises _Refused (and leaves the module eager) when kernels refuses or replaces nothing."""
     module.__dict__[FUSED_ATTR] = choice
-    if hook and kdev:
-        try:
-            _kernelize(lib, module, "rms_norm", hook, kdev)
-        except Exception as err:  # noqa: BLE001 - kernels refused our layer for this module
-            del module.__dict__[FUSED_ATTR]
-            raise _Refused(f"kernels.kernelize refused it ({type(err).__name__}: {err})") from None
+    try:
+        _kernelize(lib, module, choice.op, layer_name, kdev)
         if not _kernelized(lib, module):
-            del module.__dict__[FUSED_ATTR]
             raise _Refused("kernels.kernelize left the eager forward in place")
-        # kernels binds the layer's forward as a bound method, which pickles by attribute name
-        # and so comes back as the class's eager forward; the same binding as a partial pickles
-        # by reference (kernels reverts it all the same: it drops the instance forward)
-        module.forward = functools.partial(FusedRMSNorm.forward, module)
-        return "hooks"
-    module.forward = functools.partial(FusedRMSNorm.forward, module)  # pickles by reference
+    except Exception as err:  # noqa: BLE001 - e.g. kernels' signature check refused our layer
+        del module.__dict__[FUSED_ATTR]
+        if isinstance(err, _Refused):
+            raise
+        raise _Refused(f"kernels.kernelize refused it ({type(err).__name__}: {err})") from None
+
+
+def _fuse_norm(lib, module: nn.Module, kernel: Callable, dev: str, kdev: str | None) -> str:
+    """Probe one RMSNorm-like module and fuse it; returns the path taken (or raises _Refused)."""
+    eps_attr = _rms_norm_eps_attr(module)
+    _probe_rms_norm(module, eps_attr)
+    choice = FusedChoice("rms_norm", kernel, dev, eps_attr)
+    hook = _hook_name(module, "rms_norm") if lib is not None else None
+    if hook and kdev:
+        _kernelize_checked(lib, module, choice, hook, kdev)
+    module.__dict__[FUSED_ATTR] = choice
+    # kernels binds the layer's forward as a bound method, which pickles by attribute name and
+    # so comes back as the class's eager forward; the same binding as a partial pickles by
+    # reference (kernels' revert drops it all the same)
+    module.forward = functools.partial(FusedRMSNorm.forward, module)
+    return "hooks" if hook and kdev else "probe"
+
+
+def _fuse_hooked_rotary(lib, func: nn.Module, kernel: Callable, dev: str, kdev: str | None,
+                        probe: Callable) -> str:
+    """Fuse transformers' per-instance rotary wrapper ``func`` through kernels.kernelize, after
+    ``probe`` of its eager function; raises _Refused."""
+    if not kdev:
+        raise _Refused(f"kernels has no device type {dev!r}")
+    probe(types.MethodType(type(func).forward, func))  # the eager apply_rotary_pos_emb
+    _kernelize_checked(lib, func, FusedChoice("rotary", kernel, dev), _hook_name(func, "rotary"),
+                       kdev)
+    return "hooks"
+
+
+def _fuse_custom_rotary(module: nn.Module, name: str, kernel: Callable, dev: str,
+                        probe: Callable) -> str:
+    """Probe path: an undecorated class forward calling a module-level rotary ``name``."""
+    forward = type(module).forward
+    if hasattr(forward, "__wrapped__"):
+        raise _Refused(f"{forward.__qualname__} is decorated and its class has no kernel "
+                       "hooks: not swapped")
+    probe(forward.__globals__[name])
+    _rebound_forward(forward, name, kernel, dev)
+    module.forward = _RotaryForward(module, name, kernel, dev)
     return "probe"
 
 
@@ -467,6 +502,8 @@ def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "
         devices.import_vendor("npu")  # fail here, not in the first forward, without torch_npu
     report = FusedOpsReport(dev, {op: kernel_name(table.get(op)) for op in ops},
                             {op: [] for op in ops})
+    norm_kernel = table.get("rms_norm") if "rms_norm" in ops else None
+    rotary_kernel = table.get("rotary") if "rotary" in ops else None
     lib = _kernels_lib()
     kdev = kernels_device_type(dev)
     if lib is not None and kdev is None:
@@ -474,83 +511,52 @@ def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "
                             "take the probe path")
     names = tuple(rotary_names)
     hooked = {op: 0 for op in ops}  # modules carrying transformers' hooks, per op
-    checked: dict = {}  # (class forward or eager rotary) -> None (ok) or refusal reason
+    probed: dict = {}  # eager rotary -> None (the standard formula) or the refusal reason
 
-    def refuse_cached(key, check: Callable[[], None]) -> None:
-        if key not in checked:
+    def probe_rotary(fn: Callable) -> None:
+        key = getattr(fn, "__func__", fn)  # one probe per function, not per bound wrapper
+        if key not in probed:
             try:
-                check()
-                checked[key] = None
+                _probe_rotary(fn)
+                probed[key] = None
             except _Refused as why:
-                checked[key] = str(why)
-        if checked[key] is not None:
-            raise _Refused(checked[key])
+                probed[key] = str(why)
+        if probed[key] is not None:
+            raise _Refused(probed[key])
+
+    def attempt(op: str, mod_name: str, fuse: Callable[..., str], *args) -> None:
+        key = f"{op}:{mod_name}"
+        try:
+            report.path[key] = fuse(*args)
+        except _Refused as why:
+            report.skipped[key] = str(why)
+            return
+        report.replaced[op].append(mod_name)
 
     with _quiet_kernels():
         for mod_name, module in model.named_modules():
             if _is_fused(module):
                 continue
-            # rotary through the hooks: transformers' per-instance wrapper(s) of this module
-            if "rotary" in ops and table.get("rotary") and lib is not None:
-                for fname, func in _hooked_rotaries(module).items():
-                    hooked["rotary"] += 1
-                    if _is_fused(func):
-                        continue
-                    key = f"rotary:{mod_name}"
-                    try:
-                        if not kdev:
-                            raise _Refused(f"kernels has no device type {dev!r}")
-                        eager = types.MethodType(type(func).forward, func)
-                        refuse_cached((type(module), fname), lambda e=eager: _probe_rotary(e))
-                        func.__dict__[FUSED_ATTR] = FusedChoice("rotary", table["rotary"], dev)
-                        try:
-                            _kernelize(lib, func, "rotary", _hook_name(func, "rotary"), kdev)
-                        except Exception as err:  # noqa: BLE001
-                            raise _Refused(f"kernels.kernelize refused it "
-                                           f"({type(err).__name__}: {err})") from None
-                        if not _kernelized(lib, func):
-                            raise _Refused("kernels.kernelize left the eager function in place")
-                    except _Refused as why:
-                        func.__dict__.pop(FUSED_ATTR, None)
-                        report.skipped[key] = str(why)
-                        continue
-                    report.replaced["rotary"].append(mod_name)
-                    report.path[key] = "hooks"
-            is_norm = "rms_norm" in ops and bool(table.get("rms_norm")) and (
-                type(module).__name__.endswith("RMSNorm")
-                or (lib is not None and _hook_name(module, "rms_norm") is not None))
-            forward = type(module).forward
-            rotary = (_rotary_name(forward, names) if not is_norm and "rotary" in ops
-                      and table.get("rotary") and not _hooked_rotaries(module) else None)
-            if not (is_norm or rotary):
+            hooked_rotaries = _hooked_rotaries(module) if lib is not None else {}
+            for func in hooked_rotaries.values() if rotary_kernel else ():
+                hooked["rotary"] += 1
+                if not _is_fused(func):
+                    attempt("rotary", mod_name, _fuse_hooked_rotary, lib, func, rotary_kernel,
+                            dev, kdev, probe_rotary)
+            hook = _hook_name(module, "rms_norm") if lib is not None else None
+            if norm_kernel and (hook or type(module).__name__.endswith("RMSNorm")):
+                hooked["rms_norm"] += bool(hook)
+                op, fuse, args = "rms_norm", _fuse_norm, (lib, module, norm_kernel, dev, kdev)
+            elif rotary_kernel and not hooked_rotaries and (
+                    rotary := _rotary_name(type(module).forward, names)):
+                op, fuse = "rotary", _fuse_custom_rotary
+                args = (module, rotary, rotary_kernel, dev, probe_rotary)
+            else:
                 continue
-            op = "rms_norm" if is_norm else "rotary"
-            key = f"{op}:{mod_name}"
-            if is_norm and lib is not None and _hook_name(module, "rms_norm"):
-                hooked["rms_norm"] += 1
             if "forward" in module.__dict__:  # someone else's instance forward (hooks, adapters)
-                report.skipped[key] = "forward already overridden on the instance"
+                report.skipped[f"{op}:{mod_name}"] = "forward already overridden on the instance"
                 continue
-            try:
-                if is_norm:
-                    eps_attr = _rms_norm_eps_attr(module)
-                    _probe_rms_norm(module, eps_attr)
-                    path = _fuse_norm(lib, module, FusedChoice(
-                        "rms_norm", table["rms_norm"], dev, eps_attr), kdev)
-                else:
-                    if hasattr(forward, "__wrapped__"):
-                        raise _Refused(f"{forward.__qualname__} is decorated and its class has no "
-                                       "kernel hooks: not swapped")
-                    refuse_cached((forward, forward.__globals__[rotary]), lambda f=forward, r=rotary: (
-                        _probe_rotary(f.__globals__[r]),
-                        _rebound_forward(f, r, table["rotary"], dev)))
-                    module.forward = _RotaryForward(module, rotary, table["rotary"], dev)
-                    path = "probe"
-            except _Refused as why:
-                report.skipped[key] = str(why)
-                continue
-            report.replaced[op].append(mod_name)
-            report.path[key] = path
+            attempt(op, mod_name, fuse, *args)
     for op, n in hooked.items():
         if n and not report.count(op) and report.kernels.get(op):
             msg = (f"{op}: {n} modules carry transformers' kernel hooks but none was fused "
