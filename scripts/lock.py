@@ -87,7 +87,8 @@ def diff(lock: Path) -> int:
     rows += [f"  {n} {v} -> (gone)" for n, v in sorted(pins.items())
              if n not in installed]
     print(f"{len(rows)} packages differ from {lock}:" if rows else f"same versions as {lock}")
-    print("\n".join(rows))
+    if rows:
+        print("\n".join(rows))
     return 0
 
 

@@ -85,5 +85,5 @@ def test_this_environment_is_the_lock():
         pytest.skip("not the Makefile's .venv")
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "lock.py"), "diff", str(LOCK)],
                          capture_output=True, text=True, check=True).stdout
-    differ = [ln for ln in out.splitlines()[1:] if "(not in the lock)" not in ln]
+    differ = [ln for ln in out.splitlines()[1:] if ln.strip() and "(not in the lock)" not in ln]
     assert differ == [], out
