@@ -1,0 +1,179 @@
+"""scripts/import_rlinf.py / wmrl.pipeline.rlinf_import: a tiny DiT in the release's layout
+(original-Wan / DiffSynth key names, the fork's action modules, no text embedding; the key list
+of docs/reference/rlinf_wovr_release.md) becomes a directory ActionWanModel loads, every tensor
+where the rename table puts it; other files are refused naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import AutoencoderKLWan
+from safetensors.torch import load_file, save_file
+
+from wmrl.pipeline.rlinf_import import ImportRefused, dit_name, import_dit
+from wmrl.world_model.action_wan import ActionWanModel
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM, HEADS, FFN, LAYERS, CH, FREQ = 32, 2, 48, 2, 4, 16  # head width 16: num_heads given
+
+
+def release_dit(layers=LAYERS, dtype=torch.float32, seed=0) -> dict[str, torch.Tensor]:
+    """The fork's WanModel state dict at a tiny size (TI2V2: action_mlp1 + action_mlp2, no
+    text_embedding), random values."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = {
+        "patch_embedding.weight": (DIM, CH, 1, 2, 2), "patch_embedding.bias": (DIM,),
+        "time_embedding.0.weight": (DIM, FREQ), "time_embedding.0.bias": (DIM,),
+        "time_embedding.2.weight": (DIM, DIM), "time_embedding.2.bias": (DIM,),
+        "time_projection.1.weight": (6 * DIM, DIM), "time_projection.1.bias": (6 * DIM,),
+        "head.head.weight": (CH * 4, DIM), "head.head.bias": (CH * 4,),
+        "head.modulation": (1, 2, DIM),
+        "action_mlp1.0.weight": (DIM, 7), "action_mlp1.0.bias": (DIM,),
+        "action_mlp1.2.weight": (DIM, DIM), "action_mlp1.2.bias": (DIM,),
+        "action_mlp2.0.weight": (4 * DIM, 28), "action_mlp2.0.bias": (4 * DIM,),
+        "action_mlp2.2.weight": (DIM, 4 * DIM), "action_mlp2.2.bias": (DIM,),
+    }
+    for n in range(layers):
+        b = f"blocks.{n}."
+        for attn in ("self_attn", "cross_attn"):
+            for p in "qkvo":
+                shapes[f"{b}{attn}.{p}.weight"], shapes[f"{b}{attn}.{p}.bias"] = (DIM, DIM), (DIM,)
+            shapes[f"{b}{attn}.norm_q.weight"] = shapes[f"{b}{attn}.norm_k.weight"] = (DIM,)
+        shapes.update({f"{b}norm3.weight": (DIM,), f"{b}norm3.bias": (DIM,),
+                       f"{b}ffn.0.weight": (FFN, DIM), f"{b}ffn.0.bias": (FFN,),
+                       f"{b}ffn.2.weight": (DIM, FFN), f"{b}ffn.2.bias": (DIM,),
+                       f"{b}modulation": (1, 6, DIM)})
+    return {k: (torch.randn(s, generator=g) * 0.2).to(dtype) for k, s in shapes.items()}
+
+
+def tiny_vae(root: Path) -> None:
+    torch.manual_seed(0)
+    AutoencoderKLWan(base_dim=8, z_dim=CH, dim_mult=[1, 2], num_res_blocks=1,
+                     temperal_downsample=[True], latents_mean=[0.0] * CH,
+                     latents_std=[1.0] * CH).save_pretrained(root / "vae")
+
+
+def test_rename_table_by_hand():
+    assert dit_name("blocks.3.self_attn.o.weight") == "blocks.3.attn1.to_out.0.weight"
+    assert dit_name("blocks.0.cross_attn.k.bias") == "blocks.0.attn2.to_k.bias"
+    assert dit_name("blocks.12.cross_attn.norm_q.weight") == "blocks.12.attn2.norm_q.weight"
+    assert dit_name("blocks.1.norm3.bias") == "blocks.1.norm2.bias"
+    assert dit_name("blocks.1.ffn.0.weight") == "blocks.1.ffn.net.0.proj.weight"
+    assert dit_name("blocks.1.ffn.2.weight") == "blocks.1.ffn.net.2.weight"
+    assert dit_name("blocks.7.modulation") == "blocks.7.scale_shift_table"
+    assert dit_name("head.modulation") == "scale_shift_table"
+    assert dit_name("head.head.weight") == "proj_out.weight"
+    assert dit_name("time_projection.1.bias") == "condition_embedder.time_proj.bias"
+    assert dit_name("time_embedding.2.weight") == "condition_embedder.time_embedder.linear_2.weight"
+    with pytest.raises(ImportRefused, match="vace_blocks"):
+        dit_name("vace_blocks.0.proj.weight")
+
+
+def test_import_loads_with_every_tensor_in_place(tmp_path):
+    src = release_dit()
+    save_file(src, str(tmp_path / "model-00001.safetensors"))
+    info = import_dit([tmp_path / "model-00001.safetensors"], tmp_path / "wm", num_heads=HEADS,
+                      text_dim=8)
+    assert info["dit_tensors"] == 11 + LAYERS * 27 and info["action_tensors"] == 8
+    cfg = info["transformer"]
+    assert (cfg["num_layers"], cfg["num_attention_heads"], cfg["attention_head_dim"],
+            cfg["ffn_dim"], cfg["in_channels"], cfg["out_channels"], cfg["freq_dim"],
+            cfg["patch_size"]) == (LAYERS, HEADS, DIM // HEADS, FFN, CH, CH, FREQ, [1, 2, 2])
+    acfg = json.loads((tmp_path / "wm/action/config.json").read_text())
+    assert acfg["num_text_tokens"] == 0 and acfg["actions_per_latent"] == 4
+    tiny_vae(tmp_path / "wm")
+    model = ActionWanModel.from_pretrained(tmp_path / "wm")
+    sd = model.transformer.state_dict()
+    for n in range(LAYERS):
+        torch.testing.assert_close(sd[f"blocks.{n}.attn1.to_out.0.weight"],
+                                   src[f"blocks.{n}.self_attn.o.weight"], rtol=0, atol=0)
+        torch.testing.assert_close(sd[f"blocks.{n}.norm2.weight"], src[f"blocks.{n}.norm3.weight"],
+                                   rtol=0, atol=0)
+        torch.testing.assert_close(sd[f"blocks.{n}.scale_shift_table"],
+                                   src[f"blocks.{n}.modulation"], rtol=0, atol=0)
+    torch.testing.assert_close(sd["scale_shift_table"], src["head.modulation"], rtol=0, atol=0)
+    assert sd["condition_embedder.text_embedder.linear_1.weight"].abs().sum() == 0
+    asd = model.action.state_dict()
+    torch.testing.assert_close(asd["action_mlp2.0.weight"], src["action_mlp2.0.weight"])
+    assert asd["null_context"].shape == (0, 8)
+    # the fork's context: the 13 action tokens alone; actions change the velocity
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, CH, 4, 4, 4, generator=g)
+    ts = torch.tensor([[0.0, 0.0, 700.0, 700.0]] * 2)
+    a = torch.rand(2, 13, 7, generator=g) * 2 - 1
+    with torch.no_grad():
+        v1, v2 = model.velocity(x, ts, a), model.velocity(x, ts, a.flip(1))
+    assert v1.shape == x.shape and torch.isfinite(v1).all()
+    assert (v1 - v2).abs().max() > 1e-3
+
+
+def test_bf16_shards_in_and_out(tmp_path):
+    src = release_dit(dtype=torch.bfloat16, seed=3)
+    keys = sorted(src)
+    save_file({k: src[k] for k in keys[:40]}, str(tmp_path / "a.safetensors"))
+    save_file({"model." + k: src[k] for k in keys[40:]}, str(tmp_path / "b.safetensors"))
+    info = import_dit([tmp_path / "a.safetensors", tmp_path / "b.safetensors"], tmp_path / "wm",
+                      num_heads=HEADS, text_dim=8, shard_bytes=20_000)
+    assert info["shards"] > 1
+    tdir = tmp_path / "wm/transformer"
+    index = json.loads((tdir / "diffusion_pytorch_model.safetensors.index.json").read_text())
+    stored = {}
+    for f in sorted(set(index["weight_map"].values())):
+        part = load_file(str(tdir / f))
+        assert all(t.dtype == torch.bfloat16 for t in part.values())
+        assert sum(t.numel() * 2 for t in part.values()) <= 20_000 or len(part) == 1
+        stored.update(part)
+    assert set(stored) == set(index["weight_map"])
+    torch.testing.assert_close(stored["proj_out.weight"], src["head.head.weight"], rtol=0, atol=0)
+    tiny_vae(tmp_path / "wm")
+    model = ActionWanModel.from_pretrained(tmp_path / "wm", dtype="bfloat16")
+    assert model.transformer.dtype == torch.bfloat16
+
+
+def _refused(tmp_path, tensors: dict, match: str, **kw):
+    path = tmp_path / "model-00001.safetensors"
+    save_file(tensors, str(path))
+    with pytest.raises(ImportRefused, match=match):
+        import_dit([path], tmp_path / "out", num_heads=HEADS, **kw)
+
+
+def test_other_files_are_refused_by_name(tmp_path):
+    src = release_dit()
+    _refused(tmp_path, {**src, "vace_blocks.0.proj.weight": torch.zeros(2)},
+             r"another architecture.*vace_blocks\.0\.proj\.weight")
+    no_action = {k: v for k, v in src.items() if not k.startswith("action_mlp")}
+    _refused(tmp_path, no_action, "no action modules")
+    with_text = {**src, "text_embedding.0.weight": torch.zeros(DIM, 8),
+                 "text_embedding.0.bias": torch.zeros(DIM)}
+    _refused(tmp_path, with_text, r"missing \['condition_embedder.text_embedder.linear_2")
+    bad = dict(src, **{"blocks.1.ffn.0.weight": torch.zeros(FFN + 1, DIM)})
+    _refused(tmp_path, bad, "shape mismatches")
+    pth = tmp_path / "Wan2.2_VAE.pth"
+    torch.save({"x": torch.zeros(1)}, pth)
+    with pytest.raises(ImportRefused, match="expected the release's model-\\*.safetensors"):
+        import_dit([pth], tmp_path / "out")
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ImportRefused, match="not a readable safetensors file"):
+        import_dit([broken], tmp_path / "out")
+    save_file(src, str(tmp_path / "m.safetensors"))
+    with pytest.raises(ImportRefused, match="pass num_heads"):
+        import_dit([tmp_path / "m.safetensors"], tmp_path / "out")  # dim 32: no 128-wide heads
+
+
+def test_cli_prints_one_json_line_and_refuses_with_exit_2(tmp_path):
+    save_file(release_dit(), str(tmp_path / "model-00001.safetensors"))
+    cmd = [sys.executable, str(ROOT / "scripts/import_rlinf.py"), "--dit",
+           str(tmp_path / "model-00001.safetensors"), "--out", str(tmp_path / "wm"),
+           "--num-heads", str(HEADS), "--text-dim", "8"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1])["action"]["num_text_tokens"] == 0
+    run = subprocess.run(cmd[:3] + [str(tmp_path / "missing.safetensors")] + cmd[4:],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2 and "no such file" in run.stderr

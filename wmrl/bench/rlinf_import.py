@@ -1,0 +1,77 @@
+"""The RLinf DiT importer's peak memory at the 5B's width: a release-layout checkpoint with
+dim 3072, ffn 14336, 48 channels, bf16 and 3 of the 30 blocks (~1.2 GB), imported in a child
+process per output shard size; the child's peak RSS (VmHWM) beside its baseline (the same
+imports, no work). Streaming means the peak grows with the shard, not with the file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+DIM, FFN, CH, FREQ, LAYERS = 3072, 14336, 48, 256, 3
+
+# VmHWM, not ru_maxrss: the latter survives execve and so carries the parent's RSS at fork
+CHILD = """
+import json, re, sys
+from wmrl.pipeline.rlinf_import import import_dit
+if sys.argv[1] != "baseline":
+    import_dit([sys.argv[2]], sys.argv[3], shard_bytes=int(sys.argv[1]))
+hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+print(json.dumps({"peak_rss_bytes": int(hwm) * 1024}))
+"""
+
+
+def release_shapes() -> dict[str, tuple[int, ...]]:
+    s = {"patch_embedding.weight": (DIM, CH, 1, 2, 2), "patch_embedding.bias": (DIM,),
+         "time_embedding.0.weight": (DIM, FREQ), "time_embedding.0.bias": (DIM,),
+         "time_embedding.2.weight": (DIM, DIM), "time_embedding.2.bias": (DIM,),
+         "time_projection.1.weight": (6 * DIM, DIM), "time_projection.1.bias": (6 * DIM,),
+         "head.head.weight": (CH * 4, DIM), "head.head.bias": (CH * 4,),
+         "head.modulation": (1, 2, DIM),
+         "action_mlp1.0.weight": (DIM, 7), "action_mlp1.0.bias": (DIM,),
+         "action_mlp1.2.weight": (DIM, DIM), "action_mlp1.2.bias": (DIM,),
+         "action_mlp2.0.weight": (4 * DIM, 28), "action_mlp2.0.bias": (4 * DIM,),
+         "action_mlp2.2.weight": (DIM, 4 * DIM), "action_mlp2.2.bias": (DIM,)}
+    for n in range(LAYERS):
+        b = f"blocks.{n}."
+        for attn in ("self_attn", "cross_attn"):
+            for p in "qkvo":
+                s[f"{b}{attn}.{p}.weight"], s[f"{b}{attn}.{p}.bias"] = (DIM, DIM), (DIM,)
+            s[f"{b}{attn}.norm_q.weight"] = s[f"{b}{attn}.norm_k.weight"] = (DIM,)
+        s.update({f"{b}norm3.weight": (DIM,), f"{b}norm3.bias": (DIM,),
+                  f"{b}ffn.0.weight": (FFN, DIM), f"{b}ffn.0.bias": (FFN,),
+                  f"{b}ffn.2.weight": (DIM, FFN), f"{b}ffn.2.bias": (DIM,),
+                  f"{b}modulation": (1, 6, DIM)})
+    return s
+
+
+def _child(args: list[str]) -> int:
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"]
+
+
+def run() -> list[dict]:
+    gb = 1 << 30
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "model-00001.safetensors"
+        g = torch.Generator().manual_seed(0)
+        save_file({k: torch.randn(s, generator=g).to(torch.bfloat16)
+                   for k, s in release_shapes().items()}, str(src))
+        file_bytes = src.stat().st_size
+        base = _child(["baseline", str(src), tmp])
+        rows = [{"name": "rlinf_import.baseline_rss_gb", "value": round(base / gb, 3),
+                 "unit": "GiB"}]
+        for shard in (256 << 20, 2 << 30):
+            peak = _child([str(shard), str(src), str(Path(tmp) / f"out{shard}")])
+            rows.append({"name": f"rlinf_import.peak_over_baseline_gb.shard_{shard >> 20}mib",
+                         "value": round((peak - base) / gb, 3), "unit": "GiB",
+                         "file_gb": round(file_bytes / gb, 3), "layers": LAYERS, "dim": DIM,
+                         "ffn": FFN})
+    return rows
