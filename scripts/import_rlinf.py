@@ -1,11 +1,12 @@
 """Import RLinf's WoVR world model into a directory ``ActionWanModel.from_pretrained`` reads.
 
     python scripts/import_rlinf.py --dit RLinf-Wan-LIBERO-Spatial/model-00001.safetensors \
-        --out assets/wovr_spatial
+        --vae RLinf-Wan-LIBERO-Spatial/Wan2.2_VAE.pth --out assets/wovr_spatial
 
-writes ``<out>/transformer/`` (diffusers ``WanTransformer3DModel``, sharded safetensors) and
+writes ``<out>/transformer/`` (diffusers ``WanTransformer3DModel``, sharded safetensors),
 ``<out>/action/`` (the fork's action modules; ``num_text_tokens: 0``: the fork's action-only
-cross-attention context). The logic is ``wmrl.pipeline.rlinf_import``; the release's format is
+cross-attention context) and, with ``--vae``, ``<out>/vae/`` (diffusers ``AutoencoderKLWan``
+from the original Wan2.2 ``.pth``, loaded weights-only). The logic is ``wmrl.pipeline.rlinf_import``; the release's format is
 described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
 """
 
@@ -15,13 +16,14 @@ import argparse
 import json
 import sys
 
-from wmrl.pipeline.rlinf_import import ImportRefused, import_dit
+from wmrl.pipeline.rlinf_import import ImportRefused, import_dit, import_vae
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dit", nargs="+", required=True,
                    help="the release's DiT: model-00001.safetensors (or all its shards)")
+    p.add_argument("--vae", default=None, help="the release's Wan2.2_VAE.pth")
     p.add_argument("--out", required=True, help="the world-model directory to write")
     p.add_argument("--num-heads", type=int, default=None,
                    help="attention heads (default: dim / 128, as every published Wan DiT)")
@@ -30,8 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-gb", type=float, default=2.0, help="output shard size in GiB")
     a = p.parse_args(argv)
     try:
+        shard = int(a.shard_gb * (1 << 30))
         info = import_dit(a.dit, a.out, num_heads=a.num_heads, text_dim=a.text_dim,
-                          shard_bytes=int(a.shard_gb * (1 << 30)))
+                          shard_bytes=shard)
+        if a.vae:
+            info.update(import_vae(a.vae, a.out, shard_bytes=shard))
     except (ImportRefused, FileNotFoundError) as err:
         print(f"import_rlinf: {err}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import torch
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
-from wmrl.pipeline.rlinf_import import ImportRefused, dit_name, import_dit
+from wmrl.pipeline.rlinf_import import ImportRefused, dit_name, import_dit, import_vae
 from wmrl.world_model.action_wan import ActionWanModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +177,51 @@ def test_cli_prints_one_json_line_and_refuses_with_exit_2(tmp_path):
     run = subprocess.run(cmd[:3] + [str(tmp_path / "missing.safetensors")] + cmd[4:],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 2 and "no such file" in run.stderr
+
+
+# ---- the Wan2.2 VAE, against Wan2.2's own code ----------------------------------------------
+FIXTURES = ROOT / "tests" / "fixtures" / "rlinf"
+
+
+def test_vae_import_reproduces_wan22s_own_encode_and_decode(tmp_path):
+    """wan22_vae_tiny.pth and its encode / decode were made with Wan2.2's WanVAE_
+    (make_wan22_vae_fixture.py); the imported diffusers AutoencoderKLWan must agree."""
+    io = load_file(str(FIXTURES / "wan22_vae_tiny_io.safetensors"))
+    info = import_vae(FIXTURES / "wan22_vae_tiny.pth", tmp_path / "wm",
+                      latents_mean=io["latents_mean"].tolist(),
+                      latents_std=io["latents_std"].tolist())
+    cfg = info["vae"]
+    assert (cfg["base_dim"], cfg["decoder_base_dim"], cfg["z_dim"], cfg["dim_mult"],
+            cfg["num_res_blocks"], cfg["temperal_downsample"], cfg["patch_size"],
+            cfg["scale_factor_spatial"], cfg["scale_factor_temporal"]) == (
+        4, 4, 4, [1, 2, 4, 4], 2, [False, True, True], 2, 16, 4)
+    vae = AutoencoderKLWan.from_pretrained(tmp_path / "wm" / "vae").eval()
+    mean = torch.tensor(cfg["latents_mean"]).view(1, -1, 1, 1, 1)
+    std = torch.tensor(cfg["latents_std"]).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        mu = vae.encode(io["video"]).latent_dist.mode()
+        latents = (mu - mean) / std
+        recon = vae.decode(io["latents"] * std + mean).sample
+    scale = io["latents"].abs().max()
+    assert (latents - io["latents"]).abs().max() <= 1e-4 * scale
+    assert (recon - io["recon"]).abs().max() <= 1e-4 * io["recon"].abs().max()
+
+
+def test_vae_import_refuses_other_files(tmp_path):
+    pickled = tmp_path / "Wan2.2_VAE.pth"
+    torch.save({"model": nn_module_stub()}, pickled)
+    with pytest.raises(ImportRefused, match="not a weights-only torch checkpoint"):
+        import_vae(pickled, tmp_path / "out")
+    state = torch.load(FIXTURES / "wan22_vae_tiny.pth", weights_only=True)
+    torch.save({**state, "encoder.extra.weight": torch.zeros(1)}, tmp_path / "extra.pth")
+    with pytest.raises(ImportRefused, match="'encoder.extra.weight' is not a Wan2.2 VAE key"):
+        import_vae(tmp_path / "extra.pth", tmp_path / "out", latents_mean=[0.0] * 4,
+                   latents_std=[1.0] * 4)
+    with pytest.raises(ImportRefused, match="z_dim 4 is not Wan2.2's 48"):
+        import_vae(FIXTURES / "wan22_vae_tiny.pth", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        import_vae(tmp_path / "missing.pth", tmp_path / "out")
+
+
+def nn_module_stub():
+    return torch.nn.Linear(2, 2)  # a pickled module, not a state dict of tensors
