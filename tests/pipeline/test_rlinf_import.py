@@ -225,3 +225,27 @@ def test_vae_import_refuses_other_files(tmp_path):
 
 def nn_module_stub():
     return torch.nn.Linear(2, 2)  # a pickled module, not a state dict of tensors
+
+
+# ---- the DiT, against the DiffSynth fork's own WanModel + model_fn_wan_video -----------------
+def test_dit_import_matches_the_forks_model_fn(tmp_path):
+    """rlinf_dit_tiny.* were made with the fork's WanModel and model_fn_wan_video, called as
+    RLinf's WanEnv calls it (make_rlinf_dit_fixture.py): the imported ActionWanModel, under the
+    fork's conditioning recorded in action/config.json, gives the same velocity."""
+    io = load_file(str(FIXTURES / "rlinf_dit_tiny_io.safetensors"))
+    info = import_dit([FIXTURES / "rlinf_dit_tiny.safetensors"], tmp_path / "wm", num_heads=2,
+                      text_dim=16)
+    assert info["dit_tensors"] + info["action_tensors"] == 73  # every tensor of the fork's model
+    torch.manual_seed(0)
+    AutoencoderKLWan(base_dim=8, z_dim=8, dim_mult=[1, 2], num_res_blocks=1,
+                     temperal_downsample=[True], latents_mean=[0.0] * 8,
+                     latents_std=[1.0] * 8).save_pretrained(tmp_path / "wm" / "vae")
+    model = ActionWanModel.from_pretrained(tmp_path / "wm").eval()
+    x, t = io["latents"], float(io["timestep"])
+    ts = torch.tensor([[0.0, 0.0, t, t]] * x.shape[0])  # condition latents at timestep 0
+    with torch.no_grad():
+        v = model.velocity(x, ts, io["actions"])
+        v2 = model.velocity(x, ts, io["actions2"])
+    for got, want in ((v, io["velocity"]), (v2, io["velocity2"])):
+        assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+    assert (io["velocity"] - io["velocity2"]).abs().max() > 0.1  # actions matter, in both
