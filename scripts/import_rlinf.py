@@ -1,12 +1,14 @@
 """Import RLinf's WoVR world model into a directory ``ActionWanModel.from_pretrained`` reads.
 
     python scripts/import_rlinf.py --dit RLinf-Wan-LIBERO-Spatial/model-00001.safetensors \
-        --vae RLinf-Wan-LIBERO-Spatial/Wan2.2_VAE.pth --out assets/wovr_spatial
+        --vae RLinf-Wan-LIBERO-Spatial/Wan2.2_VAE.pth --dataset RLinf-Wan-LIBERO-Spatial/dataset \
+        --out assets/wovr_spatial
 
 writes ``<out>/transformer/`` (diffusers ``WanTransformer3DModel``, sharded safetensors),
 ``<out>/action/`` (the fork's action modules; ``num_text_tokens: 0``: the fork's action-only
-cross-attention context) and, with ``--vae``, ``<out>/vae/`` (diffusers ``AutoencoderKLWan``
-from the original Wan2.2 ``.pth``, loaded weights-only). The logic is ``wmrl.pipeline.rlinf_import``; the release's format is
+cross-attention context), with ``--vae`` ``<out>/vae/`` (diffusers ``AutoencoderKLWan`` from
+the original Wan2.2 ``.pth``, loaded weights-only) and with ``--dataset`` ``<out>/initial_states/``
+(the reset data, KIR context for every state, in the order RLinf's reader takes the files). The logic is ``wmrl.pipeline.rlinf_import``; the release's format is
 described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
 """
 
@@ -16,7 +18,7 @@ import argparse
 import json
 import sys
 
-from wmrl.pipeline.rlinf_import import ImportRefused, import_dit, import_vae
+from wmrl.pipeline.rlinf_import import ImportRefused, import_dit, import_reset_data, import_vae
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dit", nargs="+", required=True,
                    help="the release's DiT: model-00001.safetensors (or all its shards)")
     p.add_argument("--vae", default=None, help="the release's Wan2.2_VAE.pth")
+    p.add_argument("--dataset", default=None,
+                   help="the release's dataset/ (traj*.npy, traj*_kir.npy): reset states")
+    p.add_argument("--no-kir", action="store_true",
+                   help="leave out *_kir* files (RLinf's enable_kir: false)")
     p.add_argument("--out", required=True, help="the world-model directory to write")
     p.add_argument("--num-heads", type=int, default=None,
                    help="attention heads (default: dim / 128, as every published Wan DiT)")
@@ -37,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                           shard_bytes=shard)
         if a.vae:
             info.update(import_vae(a.vae, a.out, shard_bytes=shard))
+        if a.dataset:
+            info.update(import_reset_data(a.dataset, a.out, enable_kir=not a.no_kir))
     except (ImportRefused, FileNotFoundError) as err:
         print(f"import_rlinf: {err}", file=sys.stderr)
         return 2

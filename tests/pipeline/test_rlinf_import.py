@@ -10,12 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
-from wmrl.pipeline.rlinf_import import ImportRefused, dit_name, import_dit, import_vae
+from wmrl.pipeline.rlinf_import import (
+    ImportRefused,
+    dit_name,
+    import_dit,
+    import_reset_data,
+    import_vae,
+)
 from wmrl.world_model.action_wan import ActionWanModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,3 +256,67 @@ def test_dit_import_matches_the_forks_model_fn(tmp_path):
     for got, want in ((v, io["velocity"]), (v2, io["velocity2"])):
         assert (got - want).abs().max() <= 1e-4 * want.abs().max()
     assert (io["velocity"] - io["velocity2"]).abs().max() > 0.1  # actions matter, in both
+
+
+# ---- the reset data, against RLinf's own reader ------------------------------------------------
+def test_reset_data_import_matches_rlinfs_reader_and_wanenv_reset(tmp_path):
+    """dataset/ was read by RLinf's NpyTrajectoryDatasetWrapper (make_rlinf_dataset_fixture.py):
+    state i is the reader's episode i; anchor = its start frame; KIR context = its last 4
+    frames and actions when it has 4 (else frame 0 repeated, zero actions, gripper open), as
+    WanEnv.reset substitutes them."""
+    from wmrl.envs.initial_states import load_initial_states
+
+    want = load_file(str(FIXTURES / "rlinf_dataset_expected.safetensors"))
+    meta = json.loads((FIXTURES / "rlinf_dataset_expected.json").read_text())
+    info = import_reset_data(FIXTURES / "dataset", tmp_path / "wm")
+    assert (info["states"], info["kir_states"], info["image"]) == (5, 2, [32, 32, 3])
+    states = load_initial_states(tmp_path / "wm" / "initial_states")
+    sources = json.loads((tmp_path / "wm/initial_states/sources.json").read_text())
+    assert sources == meta["files"] and states.tasks == meta["tasks"]
+    to_u8 = lambda x: (x * 255).round().to(torch.uint8).permute(*range(x.ndim - 3), -2, -1, -3)  # noqa: E731
+    for i in range(len(states)):
+        anchor = to_u8(want[f"{i}.start_image"])
+        assert torch.equal(states.frames[i], anchor)
+        targets = want[f"{i}.target_images"]
+        if targets.shape[0] == 4:
+            assert torch.equal(states.context_frames[i], to_u8(targets))
+            torch.testing.assert_close(states.context_actions[i], want[f"{i}.target_actions"])
+        else:
+            assert torch.equal(states.context_frames[i], anchor[None].expand(4, -1, -1, -1))
+            assert states.context_actions[i].tolist() == [[0.0] * 6 + [-1.0]] * 4
+    plain = import_reset_data(FIXTURES / "dataset", tmp_path / "plain", enable_kir=False)
+    assert plain["states"] == 3 and plain["kir_states"] == 1  # traj10.npy has 5 frames
+
+
+def test_reset_data_refuses_what_is_not_a_trajectory(tmp_path):
+    import pickle as pkl
+
+    bad = tmp_path / "evil"
+    bad.mkdir()
+    payload = np.array([{"image": np.zeros((4, 4, 3), np.uint8)}], dtype=object)
+    np.save(bad / "traj0.npy", payload, allow_pickle=True)
+    raw = (bad / "traj0.npy").read_bytes()
+    # the same header, a pickle that names os.system: refused before anything runs
+    header_end = raw.index(b"\n") + 1
+    evil = raw[:header_end] + pkl.dumps(Evil(), protocol=3)
+    (bad / "traj0.npy").write_bytes(evil)
+    with pytest.raises(ImportRefused, match="posix.system is not a numpy array part|"
+                                            "os.system is not a numpy array part"):
+        import_reset_data(bad, tmp_path / "out")
+    noaction = tmp_path / "noaction"
+    noaction.mkdir()
+    np.save(noaction / "traj0.npy", payload, allow_pickle=True)
+    with pytest.raises(ImportRefused, match="no 'delta_action'"):
+        import_reset_data(noaction, tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ImportRefused, match="no \\*.npy trajectory files"):
+        import_reset_data(tmp_path / "empty", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        import_reset_data(tmp_path / "missing", tmp_path / "out")
+
+
+class Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned",))
