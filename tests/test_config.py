@@ -91,6 +91,12 @@ def test_unknown_key_is_named():
         fit_cfg("rollout.num_env=8")
 
 
+def test_return_filter_must_be_low_high():
+    with pytest.raises(ConfigError, match=r"algorithm.return_filter.*\[low, high\]"):
+        validate(fit_cfg("algorithm.return_filter=[4.5,0.5]"))
+    validate(fit_cfg("algorithm.return_filter=[0.5,4.5]"))
+
+
 def test_hybrid_needs_stages():
     with pytest.raises(ConfigError, match="pipeline_stages >= 2"):
         validate(fit_cfg("rollout.placement=hybrid"))

@@ -66,6 +66,16 @@ def test_update_moves_logits_towards_the_success_and_skips_flat_groups(tmp_path)
     assert module.policy.proj.weight.abs().max() == 0  # black images: no gradient there
 
 
+def test_return_filter_drops_groups_outside_its_bounds(tmp_path):
+    """Group returns [1, 0] (mean 0.5) and [0, 0]: [0.6, 4.5] drops both (nothing trains),
+    [0.5, 4.5] keeps the first, as filter_groups would."""
+    for bounds, kept, moved in (([0.6, 4.5], 0.0, False), ([0.5, 4.5], 0.5, True)):
+        module = make_module(filter_groups=False, return_filter=bounds)
+        fit(module, [hand_batch()], tmp_path)
+        assert module.last_metrics["rollout/kept_groups"] == kept
+        assert (module.policy.bias.detach().abs().max() > 0.05) == moved
+
+
 # ---- non-finite steps ------------------------------------------------------------------
 class NaNPolicy(LinearBinPolicy):
     """Log-probs NaN on the chosen ``log_probs`` calls (0-based; None: every call)."""

@@ -112,6 +112,7 @@ class GRPOModule(L.LightningModule):
         aggregation: str = "traj-mean",
         advantage_scale: str = "group",
         filter_groups: bool = True,
+        return_filter: tuple[float, float] | None = None,
         global_batch: int = 8192,
         micro_batch: int = 32,
         update_epochs: int = 1,
@@ -141,6 +142,7 @@ class GRPOModule(L.LightningModule):
         self.aggregation = aggregation
         self.advantage_scale = advantage_scale
         self.filter_groups = filter_groups
+        self.return_filter = None if return_filter is None else tuple(return_filter)
         self.global_batch = global_batch
         self.micro_batch = micro_batch
         self.update_epochs = update_epochs
@@ -245,6 +247,8 @@ class GRPOModule(L.LightningModule):
         success = batch.success.float()
         keep = (grpo.informative_groups(success, self.group_size) if self.filter_groups
                 else torch.ones(n, dtype=torch.bool))
+        if self.return_filter is not None:
+            keep &= grpo.return_filtered_groups(returns, self.group_size, *self.return_filter)
         opt = self.optimizers()
         metrics = {
             "train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's

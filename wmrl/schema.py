@@ -116,6 +116,7 @@ class AlgorithmSchema:
     aggregation: Aggregation = Aggregation["traj-mean"]
     advantage_scale: AdvantageScale = AdvantageScale["group"]
     filter_groups: bool = True
+    return_filter: Optional[List[float]] = None
     global_batch: int = 256
     micro_batch: int = 32
     update_epochs: int = 1
@@ -133,6 +134,11 @@ class AlgorithmSchema:
                  "must be in [0, 1] (the cosine schedule's last lr as a fraction of lr)")
         for i, b in enumerate(self.betas):
             _require(f"algorithm.betas[{i}]", b, 0 <= b < 1, "must be in [0, 1)")
+        if self.return_filter is not None:
+            f = list(self.return_filter)
+            _require("algorithm.return_filter", f, len(f) == 2 and f[0] <= f[1],
+                     "must be [low, high] with low <= high (keep groups whose mean return lies "
+                     "in it; RLinf: [0.5, 4.5]) or null")
         if self.dual_clip is not None:
             _require("algorithm.dual_clip", self.dual_clip, self.dual_clip > 1,
                      "must be > 1 (the dual-clip bound c of min(max(rA, clip(r)A), cA)) or null")

@@ -10,6 +10,7 @@ from wmrl.algorithms.grpo import (
     group_advantages,
     informative_groups,
     policy_loss,
+    return_filtered_groups,
     trajectory_returns,
 )
 
@@ -48,6 +49,16 @@ def test_group_advantages_dr_grpo_and_errors():
         group_advantages(torch.zeros(4), 3)
     with pytest.raises(ValueError, match="scale"):
         group_advantages(torch.zeros(4), 2, scale="batch")
+
+
+def test_return_filter_keeps_groups_whose_mean_return_is_in_bounds():
+    # RLinf's [0.5, 4.5] on returns 5 * success: group means 1.25, 5.0, 0.0, and 0.5 (the
+    # lower bound itself: kept)
+    returns = torch.tensor([0.0, 5.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0, 0.0, 0.0, 0.0, 0.0,
+                            0.0, 0.0, 0.0, 2.0])
+    keep = return_filtered_groups(returns, 4, 0.5, 4.5)
+    assert keep.view(4, 4)[:, 0].tolist() == [True, False, False, True]
+    assert keep.view(4, 4).all(1).tolist() == keep.view(4, 4).any(1).tolist()  # whole groups
 
 
 def test_informative_groups_masks_all_fail_and_all_success():

@@ -14,6 +14,10 @@ Group-normalised advantages (``group_advantages``), g = the group of i::
     A_i = (R_i - mean_g R) / (std_g R + eps)     scale="group" (GRPO, unbiased std)
     A_i =  R_i - mean_g R                        scale="none"  (Dr.GRPO)
 
+Groups kept for the update (the rest give no gradient): ``informative_groups`` drops groups
+whose successes are all 0 or all 1; ``return_filtered_groups`` keeps groups whose mean return
+lies in [low, high] (RLinf's return filter).
+
 Clipped surrogate per token (``policy_loss``), rho = exp(logp - logp_old)::
 
     l_t = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
@@ -100,6 +104,16 @@ def informative_groups(success: torch.Tensor, group_size: int) -> torch.Tensor:
     rate = g.mean(dim=1, keepdim=True)
     keep = (rate > 0) & (rate < 1)
     return keep.expand_as(g).reshape(-1)
+
+
+def return_filtered_groups(returns: torch.Tensor, group_size: int, low: float,
+                           high: float) -> torch.Tensor:
+    """returns [N] -> keep [N] bool: rows of groups whose mean return lies in [low, high]
+    (inclusive; RLinf's ``filter_rewards`` with ``rewards_lower/upper_bound``: with returns of
+    0 or 5 per trajectory and groups of 8, [0.5, 4.5] keeps groups with 1-7 successes)."""
+    mean = _groups(returns.float(), group_size).mean(dim=1, keepdim=True)
+    keep = (mean >= low) & (mean <= high)
+    return keep.expand(-1, group_size).reshape(-1)
 
 
 def aggregation_weights(
