@@ -91,6 +91,25 @@ def test_unknown_key_is_named():
         fit_cfg("rollout.num_env=8")
 
 
+@pytest.mark.parametrize("suite", ["spatial", "object", "goal"])
+def test_wovr_experiments_are_rlinfs_recipe(suite, monkeypatch):
+    monkeypatch.setenv("WMRL_WOVR_PATH", "/data/wovr")
+    cfg = fit_cfg(f"experiment=wovr_libero_{suite}")
+    validate(cfg)
+    assert cfg.policy.unnorm_key == f"libero_{suite}_no_noops"
+    assert cfg.env.world_model.path == "/data/wovr"
+    assert cfg.env.initial_states == "/data/wovr/initial_states" and cfg.env.kir_reset
+    assert (cfg.env.use_rel_reward, cfg.env.reward_coef, cfg.env.success_threshold,
+            cfg.env.num_inference_steps) == (True, 5.0, 0.9, 5)
+    r, a = cfg.rollout, cfg.algorithm
+    assert (r.num_envs, r.group_size, r.rollout_epochs, r.max_episode_steps, r.temperature) == (
+        64, 8, 16, 256, 1.6)
+    assert (a.lr, a.kl_coef, a.clip_low, a.clip_high, a.filter_groups, list(a.return_filter)) \
+        == (2e-5, 0.0, 0.2, 0.28, False, [0.5, 4.5])
+    assert cfg.reward.round and cfg.reward.checkpoint.endswith(
+        "taskemb_resnet_rm.pth" if suite == "goal" else "resnet_rm.pth")
+
+
 def test_return_filter_must_be_low_high():
     with pytest.raises(ConfigError, match=r"algorithm.return_filter.*\[low, high\]"):
         validate(fit_cfg("algorithm.return_filter=[4.5,0.5]"))
