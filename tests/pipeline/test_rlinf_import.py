@@ -22,6 +22,7 @@ from wmrl.pipeline.rlinf_import import (
     import_dit,
     import_reset_data,
     import_vae,
+    plan_dit,
 )
 from wmrl.world_model.action_wan import ActionWanModel
 
@@ -184,6 +185,31 @@ def test_cli_prints_one_json_line_and_refuses_with_exit_2(tmp_path):
     run = subprocess.run(cmd[:3] + [str(tmp_path / "missing.safetensors")] + cmd[4:],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 2 and "no such file" in run.stderr
+
+
+def test_the_5b_release_key_table_is_the_forks_registered_model_and_plans(tmp_path):
+    """The release's DiT at full size, as a key -> shape table (no tensors): the DiffSynth
+    fork recognises a checkpoint by the md5 of its sorted "key:shape" and "key" strings, and
+    registers bc4824aef7c3f23d3378cec6e2b1316c as "5B TI2V action" (its model_config.py, the
+    entry RLinf's release loads as); this table hashes to it, so every key the importer maps
+    is a key of the published file. It plans to the published 5B config."""
+    import hashlib
+
+    from wmrl.bench.rlinf_import import release_shapes
+
+    shapes = release_shapes(layers=30)
+    strings = sorted([f"{k}:{'_'.join(map(str, v))}" for k, v in shapes.items()] + list(shapes))
+    assert hashlib.md5(",".join(strings).encode()).hexdigest() == \
+        "bc4824aef7c3f23d3378cec6e2b1316c"
+    plan = plan_dit(shapes)
+    cfg = plan["transformer"]
+    assert (cfg["num_layers"], cfg["num_attention_heads"], cfg["attention_head_dim"],
+            cfg["ffn_dim"], cfg["in_channels"], cfg["out_channels"], cfg["freq_dim"],
+            cfg["text_dim"], cfg["patch_size"]) == (30, 24, 128, 14336, 48, 48, 256, 4096,
+                                                     [1, 2, 2])
+    assert plan["action"]["actions_per_latent"] == 4 and plan["action"]["action_dim"] == 7
+    assert len(plan["names"]) == 829 - 8  # every DiT key; 8 action tensors go to action/
+    assert 4.9e9 < plan["total_params"] < 5.1e9  # the 5B (with the zero text embedder)
 
 
 # ---- the Wan2.2 VAE, against Wan2.2's own code ----------------------------------------------

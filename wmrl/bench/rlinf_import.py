@@ -27,7 +27,8 @@ print(json.dumps({"peak_rss_bytes": int(hwm) * 1024}))
 """
 
 
-def release_shapes() -> dict[str, tuple[int, ...]]:
+def release_shapes(layers: int = LAYERS) -> dict[str, tuple[int, ...]]:
+    """The release DiT's key -> shape table at the 5B's width (the fork's WanModel, TI2V2)."""
     s = {"patch_embedding.weight": (DIM, CH, 1, 2, 2), "patch_embedding.bias": (DIM,),
          "time_embedding.0.weight": (DIM, FREQ), "time_embedding.0.bias": (DIM,),
          "time_embedding.2.weight": (DIM, DIM), "time_embedding.2.bias": (DIM,),
@@ -38,7 +39,7 @@ def release_shapes() -> dict[str, tuple[int, ...]]:
          "action_mlp1.2.weight": (DIM, DIM), "action_mlp1.2.bias": (DIM,),
          "action_mlp2.0.weight": (4 * DIM, 28), "action_mlp2.0.bias": (4 * DIM,),
          "action_mlp2.2.weight": (DIM, 4 * DIM), "action_mlp2.2.bias": (DIM,)}
-    for n in range(LAYERS):
+    for n in range(layers):
         b = f"blocks.{n}."
         for attn in ("self_attn", "cross_attn"):
             for p in "qkvo":

@@ -218,50 +218,61 @@ def write_shards(folder: Path, tensors: Iterator[tuple[str, torch.Tensor]],
     return total, files
 
 
-def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | None = None,
-               text_dim: int | None = None, shard_bytes: int = 2 << 30) -> dict:
-    """``transformer/`` (diffusers, sharded safetensors + index) and ``action/`` under ``out``
-    from the release's DiT file(s). Returns {transformer config, action config, counts}."""
-    src = SourceTensors(paths)
-    shapes = src.shapes
-    action_keys = [k for k in src.keys() if k.startswith(ACTION_PREFIXES)]
-    dit_keys = [k for k in src.keys() if not k.startswith(ACTION_PREFIXES)]
-    names = {}
-    unknown = []
+def plan_dit(shapes: dict[str, tuple[int, ...]], num_heads: int | None = None,
+             text_dim: int | None = None, where: str = "--dit") -> dict:
+    """From the release's key -> shape table alone: the transformer config, the action config,
+    the diffusers name of every DiT key and the shapes of the zero text embedder; refuses a
+    table that does not fit, naming the keys. No tensor is read."""
+    dit_keys = sorted(k for k in shapes if not k.startswith(ACTION_PREFIXES))
+    names, unknown = {}, []
     for k in dit_keys:
         try:
             names[k] = dit_name(k)
         except ImportRefused:
             unknown.append(k)
     if unknown:
-        raise ImportRefused(f"--dit {[str(p) for p in src.paths]}: {len(unknown)} keys of "
-                            f"another architecture (no rename rule), e.g. {unknown[:5]}: expected "
-                            "the action-conditioned Wan DiT in original-Wan / DiffSynth names")
+        raise ImportRefused(f"{where}: {len(unknown)} keys of another architecture (no rename "
+                            f"rule), e.g. {unknown[:5]}: expected the action-conditioned Wan DiT "
+                            "in original-Wan / DiffSynth names")
     cfg = dit_config(shapes, num_heads, text_dim)
     expected = _expected_transformer(cfg)
     got = {names[k]: shapes[k] for k in dit_keys}
+    zeros = {}
     if not any(k.startswith("text_embedding.") for k in dit_keys):  # the release: zeros
-        got.update({p + leaf: expected[p + leaf] for p in TEXT_EMBEDDER
-                    for leaf in ("weight", "bias")})
+        zeros = {p + leaf: expected[p + leaf] for p in TEXT_EMBEDDER for leaf in ("weight", "bias")}
+        got.update(zeros)
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
     bad = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
     if missing or extra or bad:
         raise ImportRefused(
-            f"--dit does not fit a WanTransformer3DModel with the config its shapes give "
+            f"{where} does not fit a WanTransformer3DModel with the config its shapes give "
             f"({cfg['num_layers']} layers, dim {cfg['num_attention_heads'] * cfg['attention_head_dim']}):"
             f" missing {missing[:5]}, unexpected {extra[:5]}, shape mismatches "
             f"{[(k, got[k], expected[k]) for k in bad[:3]]}")
     acfg = action_config(shapes, cfg["num_attention_heads"] * cfg["attention_head_dim"],
                          cfg["text_dim"])
+    return {"transformer": cfg, "action": acfg, "names": names, "zeros": zeros,
+            "total_params": sum(math.prod(v) for v in got.values())}
+
+
+def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | None = None,
+               text_dim: int | None = None, shard_bytes: int = 2 << 30) -> dict:
+    """``transformer/`` (diffusers, sharded safetensors + index) and ``action/`` under ``out``
+    from the release's DiT file(s). Returns {transformer config, action config, counts}."""
+    src = SourceTensors(paths)
+    plan = plan_dit(src.shapes, num_heads, text_dim, where=f"--dit {[str(p) for p in src.paths]}")
+    cfg, acfg, names, zeros = plan["transformer"], plan["action"], plan["names"], plan["zeros"]
+    dit_keys = list(names)
+    action_keys = [k for k in src.keys() if k.startswith(ACTION_PREFIXES)]
     dtype = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16}.get(
         src.dtypes[dit_keys[0]], torch.float32)
 
     def tensors() -> Iterator[tuple[str, torch.Tensor]]:
         for k in dit_keys:
             yield names[k], src.get(k)
-        for name in sorted(set(got) - {names[k] for k in dit_keys}):
-            yield name, torch.zeros(expected[name], dtype=dtype)
+        for name, shape in sorted(zeros.items()):
+            yield name, torch.zeros(shape, dtype=dtype)
 
     out = Path(out)
     tdir = out / "transformer"
