@@ -23,6 +23,7 @@ from wmrl.pipeline.rlinf_import import (
     import_reset_data,
     import_vae,
     plan_dit,
+    release_dit_shapes,
 )
 from wmrl.world_model.action_wan import ActionWanModel
 
@@ -34,28 +35,7 @@ def release_dit(layers=LAYERS, dtype=torch.float32, seed=0) -> dict[str, torch.T
     """The fork's WanModel state dict at a tiny size (TI2V2: action_mlp1 + action_mlp2, no
     text_embedding), random values."""
     g = torch.Generator().manual_seed(seed)
-    shapes = {
-        "patch_embedding.weight": (DIM, CH, 1, 2, 2), "patch_embedding.bias": (DIM,),
-        "time_embedding.0.weight": (DIM, FREQ), "time_embedding.0.bias": (DIM,),
-        "time_embedding.2.weight": (DIM, DIM), "time_embedding.2.bias": (DIM,),
-        "time_projection.1.weight": (6 * DIM, DIM), "time_projection.1.bias": (6 * DIM,),
-        "head.head.weight": (CH * 4, DIM), "head.head.bias": (CH * 4,),
-        "head.modulation": (1, 2, DIM),
-        "action_mlp1.0.weight": (DIM, 7), "action_mlp1.0.bias": (DIM,),
-        "action_mlp1.2.weight": (DIM, DIM), "action_mlp1.2.bias": (DIM,),
-        "action_mlp2.0.weight": (4 * DIM, 28), "action_mlp2.0.bias": (4 * DIM,),
-        "action_mlp2.2.weight": (DIM, 4 * DIM), "action_mlp2.2.bias": (DIM,),
-    }
-    for n in range(layers):
-        b = f"blocks.{n}."
-        for attn in ("self_attn", "cross_attn"):
-            for p in "qkvo":
-                shapes[f"{b}{attn}.{p}.weight"], shapes[f"{b}{attn}.{p}.bias"] = (DIM, DIM), (DIM,)
-            shapes[f"{b}{attn}.norm_q.weight"] = shapes[f"{b}{attn}.norm_k.weight"] = (DIM,)
-        shapes.update({f"{b}norm3.weight": (DIM,), f"{b}norm3.bias": (DIM,),
-                       f"{b}ffn.0.weight": (FFN, DIM), f"{b}ffn.0.bias": (FFN,),
-                       f"{b}ffn.2.weight": (DIM, FFN), f"{b}ffn.2.bias": (DIM,),
-                       f"{b}modulation": (1, 6, DIM)})
+    shapes = release_dit_shapes(dim=DIM, ffn=FFN, channels=CH, freq_dim=FREQ, layers=layers)
     return {k: (torch.randn(s, generator=g) * 0.2).to(dtype) for k, s in shapes.items()}
 
 
@@ -195,9 +175,7 @@ def test_the_5b_release_key_table_is_the_forks_registered_model_and_plans(tmp_pa
     is a key of the published file. It plans to the published 5B config."""
     import hashlib
 
-    from wmrl.bench.rlinf_import import release_shapes
-
-    shapes = release_shapes(layers=30)
+    shapes = release_dit_shapes()
     strings = sorted([f"{k}:{'_'.join(map(str, v))}" for k, v in shapes.items()] + list(shapes))
     assert hashlib.md5(",".join(strings).encode()).hexdigest() == \
         "bc4824aef7c3f23d3378cec6e2b1316c"

@@ -14,7 +14,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-DIM, FFN, CH, FREQ, LAYERS = 3072, 14336, 48, 256, 3
+from wmrl.pipeline.rlinf_import import release_dit_shapes
+
+DIM, FFN, LAYERS = 3072, 14336, 3  # the 5B's width (release_dit_shapes' defaults), 3 blocks
 
 # VmHWM, not ru_maxrss: the latter survives execve and so carries the parent's RSS at fork
 CHILD = """
@@ -25,31 +27,6 @@ if sys.argv[1] != "baseline":
 hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
 print(json.dumps({"peak_rss_bytes": int(hwm) * 1024}))
 """
-
-
-def release_shapes(layers: int = LAYERS) -> dict[str, tuple[int, ...]]:
-    """The release DiT's key -> shape table at the 5B's width (the fork's WanModel, TI2V2)."""
-    s = {"patch_embedding.weight": (DIM, CH, 1, 2, 2), "patch_embedding.bias": (DIM,),
-         "time_embedding.0.weight": (DIM, FREQ), "time_embedding.0.bias": (DIM,),
-         "time_embedding.2.weight": (DIM, DIM), "time_embedding.2.bias": (DIM,),
-         "time_projection.1.weight": (6 * DIM, DIM), "time_projection.1.bias": (6 * DIM,),
-         "head.head.weight": (CH * 4, DIM), "head.head.bias": (CH * 4,),
-         "head.modulation": (1, 2, DIM),
-         "action_mlp1.0.weight": (DIM, 7), "action_mlp1.0.bias": (DIM,),
-         "action_mlp1.2.weight": (DIM, DIM), "action_mlp1.2.bias": (DIM,),
-         "action_mlp2.0.weight": (4 * DIM, 28), "action_mlp2.0.bias": (4 * DIM,),
-         "action_mlp2.2.weight": (DIM, 4 * DIM), "action_mlp2.2.bias": (DIM,)}
-    for n in range(layers):
-        b = f"blocks.{n}."
-        for attn in ("self_attn", "cross_attn"):
-            for p in "qkvo":
-                s[f"{b}{attn}.{p}.weight"], s[f"{b}{attn}.{p}.bias"] = (DIM, DIM), (DIM,)
-            s[f"{b}{attn}.norm_q.weight"] = s[f"{b}{attn}.norm_k.weight"] = (DIM,)
-        s.update({f"{b}norm3.weight": (DIM,), f"{b}norm3.bias": (DIM,),
-                  f"{b}ffn.0.weight": (FFN, DIM), f"{b}ffn.0.bias": (FFN,),
-                  f"{b}ffn.2.weight": (DIM, FFN), f"{b}ffn.2.bias": (DIM,),
-                  f"{b}modulation": (1, 6, DIM)})
-    return s
 
 
 def _child(args: list[str]) -> int:
@@ -64,7 +41,7 @@ def run() -> list[dict]:
         src = Path(tmp) / "model-00001.safetensors"
         g = torch.Generator().manual_seed(0)
         save_file({k: torch.randn(s, generator=g).to(torch.bfloat16)
-                   for k, s in release_shapes().items()}, str(src))
+                   for k, s in release_dit_shapes(layers=LAYERS).items()}, str(src))
         file_bytes = src.stat().st_size
         base = _child(["baseline", str(src), tmp])
         rows = [{"name": "rlinf_import.baseline_rss_gb", "value": round(base / gb, 3),

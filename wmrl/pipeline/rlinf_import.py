@@ -121,6 +121,37 @@ class SourceTensors:
             return f.get_tensor(raw)
 
 
+def release_dit_shapes(dim: int = 3072, ffn: int = 14336, channels: int = 48,
+                       freq_dim: int = 256, layers: int = 30, action_dim: int = 7,
+                       actions_per_latent: int = 4) -> dict[str, tuple[int, ...]]:
+    """The key -> shape table of the fork's WanModel as the release stores it (TI2V2: no
+    text embedding, action_mlp1 + action_mlp2; patch (1, 2, 2)); the defaults are the 5B.
+    For tests and benches of the importer at any size."""
+    group = actions_per_latent * action_dim
+    s = {"patch_embedding.weight": (dim, channels, 1, 2, 2), "patch_embedding.bias": (dim,),
+         "time_embedding.0.weight": (dim, freq_dim), "time_embedding.0.bias": (dim,),
+         "time_embedding.2.weight": (dim, dim), "time_embedding.2.bias": (dim,),
+         "time_projection.1.weight": (6 * dim, dim), "time_projection.1.bias": (6 * dim,),
+         "head.head.weight": (channels * 4, dim), "head.head.bias": (channels * 4,),
+         "head.modulation": (1, 2, dim),
+         "action_mlp1.0.weight": (dim, action_dim), "action_mlp1.0.bias": (dim,),
+         "action_mlp1.2.weight": (dim, dim), "action_mlp1.2.bias": (dim,),
+         "action_mlp2.0.weight": (actions_per_latent * dim, group),
+         "action_mlp2.0.bias": (actions_per_latent * dim,),
+         "action_mlp2.2.weight": (dim, actions_per_latent * dim), "action_mlp2.2.bias": (dim,)}
+    for n in range(layers):
+        b = f"blocks.{n}."
+        for attn in ("self_attn", "cross_attn"):
+            for p in "qkvo":
+                s[f"{b}{attn}.{p}.weight"], s[f"{b}{attn}.{p}.bias"] = (dim, dim), (dim,)
+            s[f"{b}{attn}.norm_q.weight"] = s[f"{b}{attn}.norm_k.weight"] = (dim,)
+        s.update({f"{b}norm3.weight": (dim,), f"{b}norm3.bias": (dim,),
+                  f"{b}ffn.0.weight": (ffn, dim), f"{b}ffn.0.bias": (ffn,),
+                  f"{b}ffn.2.weight": (dim, ffn), f"{b}ffn.2.bias": (dim,),
+                  f"{b}modulation": (1, 6, dim)})
+    return s
+
+
 def dit_config(shapes: dict[str, tuple[int, ...]], num_heads: int | None = None,
                text_dim: int | None = None) -> dict:
     """diffusers ``WanTransformer3DModel`` config from the original-Wan tensors' shapes."""
