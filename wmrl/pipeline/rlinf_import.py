@@ -37,6 +37,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from wmrl.atomic import atomic_path, write_text
+from wmrl.envs.initial_states import write_initial_states
 
 ACTION_PREFIXES = ("action_mlp1.", "action_mlp2.")
 # original-Wan / DiffSynth name -> diffusers WanTransformer3DModel name (regex, replacement)
@@ -554,8 +555,6 @@ def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = T
         tasks.append(_frame_task(traj[0], path))
         ctx_frames.append(ctx)
         ctx_actions.append(acts)
-    from wmrl.envs.initial_states import write_initial_states
-
     dest = write_initial_states(Path(out) / "initial_states", np.stack(anchors), tasks,
                                 np.stack(ctx_frames), np.stack(ctx_actions))
     write_text(dest / "sources.json", json.dumps([p.name for p in files], indent=1))
