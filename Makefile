@@ -6,6 +6,10 @@ VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 LOCK    ?= requirements/lock.txt
 STAMP   := $(VENV)/.installed
+# the scratch venvs of `make lock` / `make test-latest`: outside the tree (third-party code)
+SCRATCH ?= $(HOME)/.cache/wmrl
+LOCK_VENV   := $(SCRATCH)/venv-lock
+LATEST_VENV := $(SCRATCH)/venv-latest
 
 .PHONY: fit test test-fast test-latest lock lint assets bench plan clean install install-ranges libero gpu-check
 
@@ -27,27 +31,27 @@ install-ranges:
 	$(VPY) -m pip install -q -e ".[dev]" "$(TORCH)"
 	touch $(STAMP)
 
-# Re-resolve to the newest releases, install exactly that candidate lock into .venv-lock, run
-# `make test` there; only when it passes does the candidate replace requirements/lock.txt.
+# Re-resolve to the newest releases, install exactly that candidate lock into $(LOCK_VENV),
+# run `make test` there; only when it passes does the candidate replace requirements/lock.txt.
 lock:
-	rm -rf .venv-lock && $(PY) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install -q --dry-run --ignore-installed \
-		--report .venv-lock/report.json "$(TORCH)" -e ".[dev]"
-	$(PY) scripts/lock.py write .venv-lock/report.json --out .venv-lock/lock.txt
-	$(MAKE) test VENV=.venv-lock LOCK=.venv-lock/lock.txt
-	cp .venv-lock/lock.txt $(LOCK)
+	rm -rf $(LOCK_VENV) && $(PY) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --dry-run --ignore-installed \
+		--report $(LOCK_VENV)/report.json "$(TORCH)" -e ".[dev]"
+	$(PY) scripts/lock.py write $(LOCK_VENV)/report.json --out $(LOCK_VENV)/lock.txt
+	$(MAKE) test VENV=$(LOCK_VENV) LOCK=$(LOCK_VENV)/lock.txt
+	cp $(LOCK_VENV)/lock.txt $(LOCK)
 	@echo "lock: $(LOCK) rewritten (make test passed on it); review and commit it"
 
-# Not in CI: the newest releases in .venv-latest, the packages that differ from the lock
+# Not in CI: the newest releases in $(LATEST_VENV), the packages that differ from the lock
 # named, then the tests. A break from a new release is found here, not by a user.
 test-latest:
-	rm -rf .venv-latest && $(PY) -m venv .venv-latest
-	.venv-latest/bin/python -m pip install -q "$(TORCH)"
-	.venv-latest/bin/python -m pip install -q -e ".[dev]" "$(TORCH)"
-	.venv-latest/bin/python scripts/lock.py diff $(LOCK) | tee .venv-latest/differs.txt
-	.venv-latest/bin/python -m ruff check wmrl strategies callbacks scripts tests
-	.venv-latest/bin/python -m pytest -q $(ARGS) || { echo; echo "make test-latest failed;" \
-		"these releases are newer than the lock:"; cat .venv-latest/differs.txt; exit 1; }
+	rm -rf $(LATEST_VENV) && $(PY) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(LATEST_VENV)/bin/python -m pip install -q -e ".[dev]" "$(TORCH)"
+	$(LATEST_VENV)/bin/python scripts/lock.py diff $(LOCK) | tee $(LATEST_VENV)/differs.txt
+	$(LATEST_VENV)/bin/python -m ruff check wmrl strategies callbacks scripts tests
+	$(LATEST_VENV)/bin/python -m pytest -q $(ARGS) || { echo; echo "make test-latest failed;" \
+		"these releases are newer than the lock:"; cat $(LATEST_VENV)/differs.txt; exit 1; }
 
 install: $(STAMP)
 
@@ -86,4 +90,4 @@ assets: $(STAMP)
 	$(VPY) scripts/make_assets.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-lock .venv-latest outputs wandb .pytest_cache
+	rm -rf $(VENV) $(LOCK_VENV) $(LATEST_VENV) outputs wandb .pytest_cache

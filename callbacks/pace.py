@@ -38,7 +38,7 @@ from wmrl.config import build
 from wmrl.pipeline import world_model_training as T
 from wmrl.pipeline.dataset import Episode
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.rewards.resnet import frames_to_input
+from wmrl.rewards.resnet import training_input
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
@@ -305,7 +305,7 @@ class PaceCallback(L.Callback):
             for _ in range(self.reward_steps):
                 idx = torch.randint(len(labels), (min(self.reward_batch_size, len(labels)),),
                                     generator=gen)
-                x = frames_to_input(frames[idx], self.reward.config.get("image_size")).to(dev)
+                x = training_input(frames[idx], self.reward.config.get("image_size"), dev)
                 t = None if task_ids is None else task_ids[idx].to(dev)
                 loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
                                                           pos_weight=pos_weight.to(dev))

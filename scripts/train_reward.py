@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wmrl.pipeline.reward_evaluation import binary_metrics  # noqa: E402
-from wmrl.rewards.resnet import build_classifier, frames_to_input, save_checkpoint  # noqa: E402
+from wmrl.rewards.resnet import build_classifier, save_checkpoint, training_input  # noqa: E402
 
 
 def load_reward_dataset(data_dir: str | Path) -> dict:
@@ -134,10 +134,7 @@ def train(cfg: dict) -> dict:
     pos_weight = (train_idx.numel() - pos) / max(pos, 1.0) if cfg["balance"] else 1.0
 
     def batch(idx: torch.Tensor):
-        # contiguous NCHW: torch 2.13's oneDNN conv backward on a channels-last view (what the
-        # HWC frames permute to) corrupts the heap with one thread on AVX2 (AMD EPYC) CPUs
-        x = frames_to_input(data["frames"][idx], model_cfg.get("image_size")).to(
-            device).contiguous()
+        x = training_input(data["frames"][idx], model_cfg.get("image_size"), device)
         t = None if data["task_ids"] is None else data["task_ids"][idx].to(device)
         return x, t, labels[idx].to(device)
 

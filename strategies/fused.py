@@ -212,16 +212,25 @@ class FusedRMSNorm(nn.Module):
         return choice.kernel(hidden_states, w, float(eps))
 
 
+def _rotary(choice: FusedChoice, eager: Callable, q, k, cos, sin, unsqueeze_dim=1):
+    """``apply_rotary_pos_emb`` through ``choice.kernel`` on q and on k; ``eager`` for tensors
+    on another device or a partial-width rotary."""
+    if (q.device.type != choice.device_type or cos.shape[-1] != q.shape[-1]
+            or k.shape[-1] != q.shape[-1]):
+        return eager(q, k, cos, sin, unsqueeze_dim)
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return choice.kernel(q, cos, sin), choice.kernel(k, cos, sin)
+
+
 class FusedRotary(nn.Module):
     """The fused ``apply_rotary_pos_emb`` (bound to transformers' per-instance rotary wrapper)."""
 
     def forward(self, q, k, cos, sin, unsqueeze_dim=1):
+        eager = functools.partial(type(self).forward, self)  # the wrapped eager function
         choice = self.__dict__.get(FUSED_ATTR)
-        if (choice is None or q.device.type != choice.device_type
-                or cos.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]):
-            return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)  # the eager function
-        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return choice.kernel(q, cos, sin), choice.kernel(k, cos, sin)
+        if choice is None:
+            return eager(q, k, cos, sin, unsqueeze_dim)
+        return _rotary(choice, eager, q, k, cos, sin, unsqueeze_dim)
 
 
 LAYERS = {"rms_norm": FusedRMSNorm, "rotary": FusedRotary}
@@ -374,13 +383,10 @@ def _rotary_name(forward: Callable, names: Iterable[str]) -> str | None:
 @functools.lru_cache(maxsize=None)
 def _fused_rotary(original: Callable, kernel: Callable, device_type: str) -> Callable:
     """A drop-in ``apply_rotary_pos_emb`` that runs ``kernel`` on q and k."""
+    choice = FusedChoice("rotary", kernel, device_type)
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if (q.device.type != device_type or cos.shape[-1] != q.shape[-1]
-                or k.shape[-1] != q.shape[-1]):
-            return original(q, k, cos, sin, unsqueeze_dim)
-        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return kernel(q, cos, sin), kernel(k, cos, sin)
+        return _rotary(choice, original, q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.kernel = kernel_name(kernel)
     return apply_rotary_pos_emb

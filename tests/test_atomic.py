@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from wmrl.atomic import atomic_path, write_text
+from wmrl.atomic import atomic_dir, atomic_path, write_text
 
 
 def test_atomic_write_replaces_or_leaves_the_old_file(tmp_path):
@@ -20,3 +20,20 @@ def test_atomic_write_replaces_or_leaves_the_old_file(tmp_path):
     assert target.read_text() == "v1" and os.listdir(target.parent) == ["meta.json"]
     write_text(target, "v2")
     assert target.read_text() == "v2" and os.listdir(target.parent) == ["meta.json"]
+
+
+def test_atomic_dir_swaps_a_whole_folder_or_leaves_the_old_one(tmp_path):
+    target = tmp_path / "wm" / "transformer"
+    with atomic_dir(target) as d:
+        (d / "a.safetensors").write_text("v1")
+        (d / "b.safetensors").write_text("v1")
+    assert sorted(os.listdir(target)) == ["a.safetensors", "b.safetensors"]
+    with pytest.raises(RuntimeError, match="crash"):
+        with atomic_dir(target) as d:
+            (d / "a.safetensors").write_text("half")
+            raise RuntimeError("crash")
+    assert (target / "a.safetensors").read_text() == "v1"
+    with atomic_dir(target) as d:  # fewer files than before: no stale shard survives
+        (d / "model.safetensors").write_text("v2")
+    assert os.listdir(target) == ["model.safetensors"]
+    assert os.listdir(target.parent) == ["transformer"]  # no temp or old folder left

@@ -39,11 +39,12 @@ def release_dit(layers=LAYERS, dtype=torch.float32, seed=0) -> dict[str, torch.T
     return {k: (torch.randn(s, generator=g) * 0.2).to(dtype) for k, s in shapes.items()}
 
 
-def tiny_vae(root: Path) -> None:
+def tiny_vae(root: Path, z: int = CH) -> None:
+    """A random diffusers VAE beside an imported DiT (the DiT tests never decode)."""
     torch.manual_seed(0)
-    AutoencoderKLWan(base_dim=8, z_dim=CH, dim_mult=[1, 2], num_res_blocks=1,
-                     temperal_downsample=[True], latents_mean=[0.0] * CH,
-                     latents_std=[1.0] * CH).save_pretrained(root / "vae")
+    AutoencoderKLWan(base_dim=8, z_dim=z, dim_mult=[1, 2], num_res_blocks=1,
+                     temperal_downsample=[True], latents_mean=[0.0] * z,
+                     latents_std=[1.0] * z).save_pretrained(root / "vae")
 
 
 def test_rename_table_by_hand():
@@ -247,10 +248,7 @@ def test_dit_import_matches_the_forks_model_fn(tmp_path):
     info = import_dit([FIXTURES / "rlinf_dit_tiny.safetensors"], tmp_path / "wm", num_heads=2,
                       text_dim=16)
     assert info["dit_tensors"] + info["action_tensors"] == 73  # every tensor of the fork's model
-    torch.manual_seed(0)
-    AutoencoderKLWan(base_dim=8, z_dim=8, dim_mult=[1, 2], num_res_blocks=1,
-                     temperal_downsample=[True], latents_mean=[0.0] * 8,
-                     latents_std=[1.0] * 8).save_pretrained(tmp_path / "wm" / "vae")
+    tiny_vae(tmp_path / "wm", z=8)
     model = ActionWanModel.from_pretrained(tmp_path / "wm").eval()
     x, t = io["latents"], float(io["timestep"])
     ts = torch.tensor([[0.0, 0.0, t, t]] * x.shape[0])  # condition latents at timestep 0

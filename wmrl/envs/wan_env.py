@@ -59,6 +59,9 @@ from wmrl.envs.initial_states import (
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_np, unit_to_u8_torch
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
+OPEN_GRIPPER = -1.0  # the gripper action of the condition slots after a reset (RLinf's
+                     # reset_gripper_open); an imported reset state without KIR context too
+
 
 def _build_reward(reward):
     if callable(reward) and not hasattr(reward, "keys"):
@@ -177,7 +180,7 @@ class WanWorldModelEnv:
 
     def _zero_cond_actions(self, n: int) -> torch.Tensor:
         a = torch.zeros(n, self.condition_frames, self.action_dim, device=self.device)
-        a[..., -1] = -1.0  # gripper open
+        a[..., -1] = OPEN_GRIPPER
         return a
 
     def _sync(self) -> None:

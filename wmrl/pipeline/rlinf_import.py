@@ -36,8 +36,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from wmrl.atomic import atomic_path, write_text
+from wmrl.atomic import atomic_dir, write_text
 from wmrl.envs.initial_states import write_initial_states
+from wmrl.envs.wan_env import OPEN_GRIPPER
+from wmrl.world_model.action_wan import ACTION_WEIGHTS
 
 ACTION_PREFIXES = ("action_mlp1.", "action_mlp2.")
 # original-Wan / DiffSynth name -> diffusers WanTransformer3DModel name (regex, replacement)
@@ -89,6 +91,7 @@ class SourceTensors:
         self.where: dict[str, tuple[Path, str]] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, str] = {}
+        self._handles: dict[Path, object] = {}
         for path in self.paths:
             if not path.is_file():
                 raise FileNotFoundError(f"--dit {str(path)!r}: no such file")
@@ -118,8 +121,9 @@ class SourceTensors:
 
     def get(self, key: str) -> torch.Tensor:
         path, raw = self.where[key]
-        with safe_open(str(path), framework="pt") as f:
-            return f.get_tensor(raw)
+        if path not in self._handles:  # one open (header parse, mmap) per file, not per tensor
+            self._handles[path] = safe_open(str(path), framework="pt")
+        return self._handles[path].get_tensor(raw)
 
 
 def release_dit_shapes(dim: int = 3072, ffn: int = 14336, channels: int = 48,
@@ -209,12 +213,20 @@ def action_config(shapes: dict[str, tuple[int, ...]], dim: int, text_dim: int) -
             "actions_per_latent": apl, "num_text_tokens": 0, "flow_shift": 5.0}
 
 
-def _expected_transformer(cfg: dict) -> dict[str, tuple[int, ...]]:
-    from diffusers import WanTransformer3DModel
-
+def _meta_shapes(cls, cfg: dict) -> dict[str, tuple[int, ...]]:
+    """The state-dict shapes of ``cls(**cfg)`` built on the meta device (no memory)."""
     with torch.device("meta"):
-        model = WanTransformer3DModel(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+        model = cls(**{k: v for k, v in cfg.items() if not k.startswith("_")})
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _check_fits(got: dict, expected: dict, what: str) -> None:
+    """Refuse, naming the keys, unless ``got`` has exactly ``expected``'s keys and shapes."""
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    bad = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
+    if missing or extra or bad:
+        raise ImportRefused(f"{what}: missing {missing[:5]}, unexpected {extra[:5]}, shape "
+                            f"mismatches {[(k, got[k], expected[k]) for k in bad[:3]]}")
 
 
 def _shards(items: Iterator[tuple[str, torch.Tensor]], shard_bytes: int):
@@ -231,14 +243,13 @@ def _shards(items: Iterator[tuple[str, torch.Tensor]], shard_bytes: int):
 
 def write_shards(folder: Path, tensors: Iterator[tuple[str, torch.Tensor]],
                  shard_bytes: int, stem: str = "diffusion_pytorch_model") -> tuple[int, list[str]]:
-    """diffusers' safetensors layout in ``folder``: one ``<stem>.safetensors``, or shards plus
-    ``<stem>.safetensors.index.json``; each file written atomically. Returns (bytes, files)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """diffusers' safetensors layout in ``folder`` (an ``atomic_dir``): one
+    ``<stem>.safetensors``, or shards plus ``<stem>.safetensors.index.json``. Returns (bytes,
+    files); each shard is freed once written, so the peak is about one shard."""
     weight_map, files, total = {}, [], 0
     for i, shard in enumerate(_shards(tensors, shard_bytes)):
         fname = f"{stem}-{i + 1:05d}.safetensors"
-        with atomic_path(folder / fname) as tmp:
-            save_file(shard, tmp, metadata={"format": "pt"})
+        save_file(shard, str(folder / fname), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(shard, fname))
         total += sum(t.numel() * t.element_size() for t in shard.values())
         files.append(fname)
@@ -246,7 +257,7 @@ def write_shards(folder: Path, tensors: Iterator[tuple[str, torch.Tensor]],
         (folder / files[0]).replace(folder / f"{stem}.safetensors")
     else:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        write_text(folder / f"{stem}.safetensors.index.json", json.dumps(index, indent=2))
+        (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index, indent=2))
     return total, files
 
 
@@ -267,21 +278,17 @@ def plan_dit(shapes: dict[str, tuple[int, ...]], num_heads: int | None = None,
                             f"rule), e.g. {unknown[:5]}: expected the action-conditioned Wan DiT "
                             "in original-Wan / DiffSynth names")
     cfg = dit_config(shapes, num_heads, text_dim)
-    expected = _expected_transformer(cfg)
+    from diffusers import WanTransformer3DModel
+
+    expected = _meta_shapes(WanTransformer3DModel, cfg)
     got = {names[k]: shapes[k] for k in dit_keys}
     zeros = {}
     if not any(k.startswith("text_embedding.") for k in dit_keys):  # the release: zeros
         zeros = {p + leaf: expected[p + leaf] for p in TEXT_EMBEDDER for leaf in ("weight", "bias")}
         got.update(zeros)
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
-    bad = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
-    if missing or extra or bad:
-        raise ImportRefused(
-            f"{where} does not fit a WanTransformer3DModel with the config its shapes give "
-            f"({cfg['num_layers']} layers, dim {cfg['num_attention_heads'] * cfg['attention_head_dim']}):"
-            f" missing {missing[:5]}, unexpected {extra[:5]}, shape mismatches "
-            f"{[(k, got[k], expected[k]) for k in bad[:3]]}")
+    _check_fits(got, expected, f"{where} does not fit a WanTransformer3DModel with the config "
+                f"its shapes give ({cfg['num_layers']} layers, dim "
+                f"{cfg['num_attention_heads'] * cfg['attention_head_dim']})")
     acfg = action_config(shapes, cfg["num_attention_heads"] * cfg["attention_head_dim"],
                          cfg["text_dim"])
     return {"transformer": cfg, "action": acfg, "names": names, "zeros": zeros,
@@ -307,16 +314,14 @@ def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | No
             yield name, torch.zeros(shape, dtype=dtype)
 
     out = Path(out)
-    tdir = out / "transformer"
-    total, files = write_shards(tdir, tensors(), shard_bytes)
-    write_text(tdir / "config.json", json.dumps(cfg, indent=2))
-    adir = out / "action"
-    adir.mkdir(parents=True, exist_ok=True)
-    action = {k: src.get(k).float().contiguous() for k in action_keys}
-    action["null_context"] = torch.zeros(0, cfg["text_dim"])
-    with atomic_path(adir / "action_modules.safetensors") as tmp:
-        save_file(action, tmp)
-    write_text(adir / "config.json", json.dumps(acfg, indent=2))
+    with atomic_dir(out / "transformer") as tdir:
+        total, files = write_shards(tdir, tensors(), shard_bytes)
+        (tdir / "config.json").write_text(json.dumps(cfg, indent=2))
+    with atomic_dir(out / "action") as adir:
+        action = {k: src.get(k).float().contiguous() for k in action_keys}
+        action["null_context"] = torch.zeros(0, cfg["text_dim"])
+        save_file(action, str(adir / ACTION_WEIGHTS))
+        (adir / "config.json").write_text(json.dumps(acfg, indent=2))
     return {"transformer": cfg, "action": acfg, "dit_tensors": len(dit_keys),
             "action_tensors": len(action_keys), "shards": len(files), "bytes": total}
 
@@ -437,19 +442,12 @@ def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std
             raise ImportRefused(f"--vae {str(path)!r}: {k!r} is not a Wan2.2 VAE key") from None
     from diffusers import AutoencoderKLWan
 
-    with torch.device("meta"):
-        ref = AutoencoderKLWan(**{k: v for k, v in cfg.items() if not k.startswith("_")})
-    expected = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
-    got = {names[k]: shapes[k] for k in state}
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-    bad = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
-    if missing or extra or bad:
-        raise ImportRefused(f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} "
-                            f"latent channels): missing {missing[:5]}, unexpected {extra[:5]}, "
-                            f"shape mismatches {bad[:3]}")
-    vdir = Path(out) / "vae"
-    total, files = write_shards(vdir, ((names[k], state[k]) for k in sorted(state)), shard_bytes)
-    write_text(vdir / "config.json", json.dumps(cfg, indent=2))
+    _check_fits({names[k]: shapes[k] for k in state}, _meta_shapes(AutoencoderKLWan, cfg),
+                f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} latent "
+                "channels)")
+    with atomic_dir(Path(out) / "vae") as vdir:
+        total, _ = write_shards(vdir, ((names[k], state[k]) for k in sorted(state)), shard_bytes)
+        (vdir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"vae": cfg, "vae_tensors": len(state), "bytes": total}
 
 
@@ -518,13 +516,13 @@ def _frame_task(frame: dict, path: Path) -> str:
 
 
 def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = True,
-                      context_frames: int = 4, reset_gripper: float = -1.0) -> dict:
+                      context_frames: int = 4) -> dict:
     """``<out>/initial_states/`` (wmrl's format, with KIR context for every state) from the
     release's ``dataset/``, state i = the i-th file in the order RLinf's reader takes them
     (sorted names; ``*_kir*`` files only with ``enable_kir``). As RLinf's WanEnv resets: the
     anchor is frame 0; a file with at least ``context_frames`` frames starts from its last
     ``context_frames`` frames and their ``delta_action``s (KIR), a shorter one from frame 0
-    repeated with zero actions and the gripper open (``reset_gripper``)."""
+    repeated with the env's reset actions (zeros, gripper open: ``OPEN_GRIPPER``)."""
     root = Path(dataset)
     if not root.is_dir():
         raise FileNotFoundError(f"--dataset {str(root)!r}: no such directory")
@@ -547,7 +545,7 @@ def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = T
         else:
             ctx = np.repeat(anchor[None], context_frames, 0)
             acts = np.zeros((context_frames, action_dim), np.float32)
-            acts[:, -1] = reset_gripper
+            acts[:, -1] = OPEN_GRIPPER
         if anchors and (anchor.shape != anchors[0].shape or ctx.shape[1:] != anchors[0].shape):
             raise ImportRefused(f"{path}: images {anchor.shape} differ from {files[0].name}'s "
                                 f"{anchors[0].shape}")

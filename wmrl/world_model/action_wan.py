@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, patchify
 from safetensors.torch import load_file, save_file
 
+from wmrl.atomic import atomic_dir
 from wmrl.world_model.sampler import (
     NUM_TRAIN_TIMESTEPS,
     euler_sample,
@@ -409,10 +408,7 @@ class ActionWanModel(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the three subfolders into a temp dir next to ``path``, then swap it in."""
-        root = Path(path)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-        try:
+        with atomic_dir(path) as tmp:
             self.transformer.save_pretrained(tmp / "transformer")
             self.vae.save_pretrained(tmp / "vae")
             (tmp / "action").mkdir()
@@ -420,16 +416,6 @@ class ActionWanModel(nn.Module):
             (tmp / "action" / "config.json").write_text(json.dumps(acfg, indent=2))
             state = {k: v.detach().float().contiguous() for k, v in self.action.state_dict().items()}
             save_file(state, str(tmp / "action" / ACTION_WEIGHTS))
-            old = None
-            if root.exists():
-                old = root.with_name(f".{root.name}.old")
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(root, old)
-            os.replace(tmp, root)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def foreground_weights(new: torch.Tensor, last_cond: torch.Tensor,
