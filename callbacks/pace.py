@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from strategies import full_state_dict
 from wmrl.atomic import write_text
 from wmrl.config import build
 from wmrl.pipeline import world_model_training as T
@@ -359,7 +360,7 @@ class PaceCallback(L.Callback):
             if not rank0:
                 self._received = (state, reward_state)
         version = self.version + 1
-        push_s = self.push(datamodule, version, state, reward_state)
+        push_s = self.push(datamodule, version, state, reward_state, policy)
         self.version = version
         self.rounds += 1
         self.real_episodes += int(row["episodes"])
@@ -375,9 +376,10 @@ class PaceCallback(L.Callback):
         return self.round_metrics(row)
 
     def push(self, datamodule, version: int, state: dict | None = None,
-             reward_state: dict | None = None) -> float:
+             reward_state: dict | None = None, policy: Any = None) -> float:
         """The trained weights (default: the copy's current ones) to every env actor of
-        ``datamodule`` as ``version``; seconds (0 without a datamodule)."""
+        ``datamodule`` as ``version``; seconds (0 without a datamodule). ``policy``: the
+        trainer's, re-sent to a collocated actor that Ray restarted meanwhile."""
         if datamodule is None:
             return 0.0
         if not hasattr(datamodule, "sync_world_model"):
@@ -385,7 +387,8 @@ class PaceCallback(L.Callback):
                             "PACE needs the RolloutDataModule")
         if state is None:
             state, reward_state = self.current_state()
-        return datamodule.sync_world_model(state, version, reward_state)
+        weights = None if policy is None else (lambda: full_state_dict(policy))
+        return datamodule.sync_world_model(state, version, reward_state, policy_weights=weights)
 
     def round_metrics(self, row: dict) -> dict[str, float]:
         out = {"pace/finetune_loss": row["finetune_loss"],
@@ -423,7 +426,7 @@ class PaceCallback(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.version > 0:  # resumed: the actors loaded the original world model
-            self.push(trainer.datamodule, self.version)
+            self.push(trainer.datamodule, self.version, policy=pl_module.policy)
             self._say(trainer, f"[pace] resumed at world-model version {self.version} "
                       f"({self.real_episodes} real episodes so far); pushed to the env actors")
 

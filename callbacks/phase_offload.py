@@ -9,26 +9,21 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from strategies.offload import MoveStats, offload, onload
-from wmrl.interfaces import RolloutSource
 
-_ONLOAD_HOOKS = ("on_train_batch_start", "on_rollout_end")
+_ONLOAD_HOOKS = ("on_train_batch_start",)
 _OFFLOAD_HOOKS = ("on_train_start", "on_train_batch_end")
 
 
 class PhaseOffloadCallback(Callback):
     """Onload at ``onload_on``, offload at each hook in ``offload_on``.
 
-    Default: offload when training starts and after each training batch (so the next batch's
-    rollout runs with the trainer off the device), onload at the start of each training batch.
-    A module that makes its batch inside ``training_step`` (wmrl's ``GRPOModule`` pulls the
-    rollout there, after ``on_train_batch_start``) calls ``on_rollout_end`` once the batch is
-    made: ``onload_on="on_rollout_end"`` (the fit config) onloads then.
+    For Lightning loops whose batches are made on the trainer's device by something else
+    between steps (a generator, a simulator): offload when training starts and after each
+    training batch, onload at the start of each training batch. (wmrl's ``GRPOModule`` moves
+    its own state around the rollout inside its step and needs no callback.)
     ``history`` keeps the last ``keep`` (hook, MoveStats) pairs; seconds and bytes are logged
-    as ``offload/seconds``, ``offload/gb`` when ``log_stats``.
-
-    Inactive when ``placements`` is given and the DataModule's ``placement`` is not among them
-    (the fit config lists ``[collocated]``: only there do rollouts share the trainer's device;
-    on a CPU trainer the moves are no-ops).
+    as ``offload/seconds``, ``offload/gb`` when ``log_stats``. On a CPU trainer the moves are
+    no-ops.
     """
 
     def __init__(
@@ -40,7 +35,6 @@ class PhaseOffloadCallback(Callback):
         pin_memory: bool = False,
         log_stats: bool = True,
         keep: int = 100,
-        placements: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         if onload_on not in _ONLOAD_HOOKS:
             raise ValueError(f"phase_offload.onload_on={onload_on!r}: one of {_ONLOAD_HOOKS}.")
@@ -54,14 +48,8 @@ class PhaseOffloadCallback(Callback):
         self.pin_memory = pin_memory
         self.log_stats = log_stats
         self.keep = keep
-        self.placements = None if placements is None else tuple(placements)
         self.history: list[tuple[str, MoveStats]] = []
         self.offloaded = False
-
-    def active(self, trainer: pl.Trainer) -> bool:
-        dm = trainer.datamodule
-        placement = dm.placement if isinstance(dm, RolloutSource) else None
-        return self.placements is None or placement in self.placements
 
     def _optimizers(self, trainer: pl.Trainer) -> list[Any]:
         if not self.offload_optimizer:
@@ -70,8 +58,7 @@ class PhaseOffloadCallback(Callback):
 
     def _record(self, hook: str, stats: MoveStats, pl_module: pl.LightningModule) -> None:
         self.history = (self.history + [(hook, stats)])[-self.keep :]
-        if self.log_stats and hook in ("on_train_batch_start", "on_rollout_end",
-                                       "on_train_batch_end"):
+        if self.log_stats and hook in ("on_train_batch_start", "on_train_batch_end"):
             kind = "onload" if hook == self.onload_on else "offload"
             pl_module.log(f"{kind}/seconds", stats.seconds, on_step=True, on_epoch=False,
                           batch_size=1)
@@ -79,7 +66,7 @@ class PhaseOffloadCallback(Callback):
                           batch_size=1)
 
     def do_offload(self, trainer: pl.Trainer, pl_module: pl.LightningModule, hook: str) -> None:
-        if self.offloaded or not self.active(trainer):
+        if self.offloaded:
             return
         opts = self._optimizers(trainer)
         stats = offload(pl_module, opts[0], self.device, self.pin_memory)
@@ -106,10 +93,6 @@ class PhaseOffloadCallback(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.onload_on == "on_train_batch_start":
             self.do_onload(trainer, pl_module, "on_train_batch_start")
-
-    def on_rollout_end(self, trainer, pl_module):
-        if self.onload_on == "on_rollout_end":
-            self.do_onload(trainer, pl_module, "on_rollout_end")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if "on_train_batch_end" in self.offload_on:

@@ -90,7 +90,6 @@ class Measure(L.Callback):
 
 
 def fit_placement(name: str, overrides: list[str], cpu: bool) -> list[dict]:
-    from callbacks.weight_sync import WeightSyncCallback
     from wmrl.fit import fit
 
     run_dir = tempfile.mkdtemp(prefix=f"gpu-check-{name}-")
@@ -104,17 +103,17 @@ def fit_placement(name: str, overrides: list[str], cpu: bool) -> list[dict]:
     trainer, module = fit(cfg, extra_callbacks=[measure])
     wall = time.perf_counter() - t0
     steps = [m["time/rollout_s"] + m["time/train_s"] for m in module.history]
-    sync = next(c for c in trainer.callbacks if isinstance(c, WeightSyncCallback))
+    sync_s = module.history[-1]["time/weight_sync_s"]  # the last step's push
     nbytes = sum(p.numel() * p.element_size() for p in module.policy.parameters())
     trainer_peak = None if cpu else int(torch.cuda.max_memory_allocated())
     rows = [
         {"name": f"gpu_check.fit.{name}.step_s", "value": round(statistics.median(steps[1:]), 3),
          "unit": "s", "steps_s": [round(s, 3) for s in steps], "wall_s": round(wall, 1),
          "rollout_s": [round(m["time/rollout_s"], 3) for m in module.history],
-         "offload_s": [round(m.get("time/offload_s", 0.0), 3) for m in module.history]},
+         "offload_s": [round(m.get("offload/seconds", 0.0), 3) for m in module.history]},
         {"name": f"gpu_check.fit.{name}.weight_sync_gbps",
-         "value": round(nbytes / 1e9 / max(sync.last_seconds, 1e-9), 3), "unit": "GB/s",
-         "transport": measure.transport, "bytes": nbytes, "seconds": round(sync.last_seconds, 4)},
+         "value": round(nbytes / 1e9 / max(sync_s, 1e-9), 3), "unit": "GB/s",
+         "transport": measure.transport, "bytes": nbytes, "seconds": round(sync_s, 4)},
         {"name": f"gpu_check.fit.{name}.peak_memory", "unit": "GB",
          "trainer": None if trainer_peak is None else round(trainer_peak / 1e9, 3),
          "actors": {a["name"]: {"device": a["device"],

@@ -130,7 +130,7 @@ def test_tracing_merges_trainer_and_actor_spans(tmp_path, ray_local):
     by_name = {}
     for e in spans:
         by_name.setdefault(e["name"], []).append(e)
-    waits, updates = by_name["trainer.wait_rollout"], by_name["trainer.update"]
+    waits, updates = by_name["trainer.rollout"], by_name["trainer.update"]
     assert len(waits) == 2 and len(updates) == 2
     assert len(by_name["env.chunk_step"]) == 2 * 2 * 2  # steps x env actors x chunks
     # every env step and sample of step 1 lies inside the trainer's wait for that rollout,

@@ -67,7 +67,7 @@ def test_ipc_weight_sync_to_collocated_actor_is_bit_exact(ray_local):
         got = ray.get(dm.rollout_workers[0].get_state.remote())
         for k, v in state.items():
             assert torch.equal(torch.from_numpy(got[k].copy()), v.cpu()), k
-        batch = dm.next_batch()
+        batch = dm.rollout()
         assert batch.version == 4 and batch.image.shape[:2] == (8, 2)
         info = dm.placement_report()[0]
         assert info["device"] == "cuda:0" and info["compute_device"] == "cuda:0"

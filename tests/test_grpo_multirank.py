@@ -19,8 +19,6 @@ import time
 import pytest
 import torch
 
-from wmrl.interfaces import TrajectoryBatch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
@@ -67,21 +65,10 @@ def union(batches: list[dict]) -> dict:
     return dict(out, task=sum((b["task"] for b in batches), []), version=0)
 
 
-class _RankBatch(torch.utils.data.IterableDataset):
-    """Yields this process's batch: rank r gets batches[r]."""
-
-    def __init__(self, batches: list[dict]):
-        self.batches = batches
-
-    def __iter__(self):
-        dist = torch.distributed
-        yield TrajectoryBatch(**self.batches[dist.get_rank() if dist.is_initialized() else 0])
-
-
 def run_update(batches: list[dict], aggregation: str, strategy, grad_clip: float):
     """One GRPO update under a real Trainer -> (parameter change, metrics)."""
     import lightning as L
-    from toys import LinearBinPolicy
+    from toys import GivenRollouts, LinearBinPolicy
 
     from wmrl.module import GRPOModule
 
@@ -97,8 +84,7 @@ def run_update(batches: list[dict], aggregation: str, strategy, grad_clip: float
     trainer = L.Trainer(accelerator="cpu", devices=len(batches), strategy=strategy, max_steps=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, use_distributed_sampler=False)
-    loader = torch.utils.data.DataLoader(_RankBatch(batches), batch_size=None)
-    trainer.fit(module, train_dataloaders=loader)
+    trainer.fit(module, datamodule=GivenRollouts(batches, per_rank=True))
     assert trainer.global_step == 1
     after = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach()
              for k, v in module.policy.state_dict().items()}

@@ -2,17 +2,14 @@
 
 import copy
 import math
-import warnings
 
 import lightning as L
 import pytest
 import torch
-from toys import LinearBinPolicy
+from toys import GivenRollouts, LinearBinPolicy
 
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.module import GRPOModule
-
-warnings.filterwarnings("ignore", message=".*dataloader_iter.*")
 
 
 def hand_batch(version: int = 0) -> TrajectoryBatch:
@@ -43,7 +40,7 @@ def fit(module, batches, tmp_path, callbacks=()):
                         enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path,
                         callbacks=list(callbacks))
-    trainer.fit(module, train_dataloaders=iter(batches))
+    trainer.fit(module, datamodule=GivenRollouts(batches))
     return trainer
 
 
@@ -218,7 +215,7 @@ def test_cosine_schedule_needs_the_runs_length(tmp_path):
                         enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
     with pytest.raises(ValueError, match="trainer.max_steps or algorithm.lr_schedule_steps"):
-        trainer.fit(module, train_dataloaders=iter([hand_batch()]))
+        trainer.fit(module, datamodule=GivenRollouts([hand_batch()]))
 
 
 def test_kl_penalty_pulls_the_policy_back_to_the_frozen_base(tmp_path):
@@ -266,3 +263,21 @@ def test_without_kl_coef_there_is_no_reference(tmp_path):
     assert module.reference_policy is None
     fit(module, [hand_batch()], tmp_path)
     assert "train/ref_kl" not in module.last_metrics
+
+
+def test_a_rollout_of_another_version_is_refused_and_every_step_syncs(tmp_path):
+    """The step checks the rollout's version against its own and ends with the sync of the
+    next version (0 at the start, then one per step)."""
+    rollouts = GivenRollouts([hand_batch(0), hand_batch(1)])
+    module = make_module()
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=rollouts)
+    assert rollouts.synced == [0, 1, 2] and module.policy_version == 2
+    assert all(m["time/weight_sync_s"] == 0.0 for m in module.history)
+
+    module = make_module()
+    with pytest.raises(RuntimeError, match="rollout used policy version 3 but the trainer is "
+                                           "at 0: weight sync did not reach"):
+        fit(module, [hand_batch(3)], tmp_path)

@@ -10,12 +10,14 @@ on the image through one linear layer - just enough for GRPO to raise the succes
 
 from __future__ import annotations
 
+import itertools
 import os
 
+import lightning as L
 import torch
 from torch import nn
 
-from wmrl.interfaces import PolicySample
+from wmrl.interfaces import PolicySample, TrajectoryBatch
 
 N_BINS = 256
 CENTRES = torch.linspace(-1, 1, 2 * N_BINS + 1)[1::2]  # bin centres of [-1, 1]
@@ -159,3 +161,39 @@ def count_renders(monkeypatch) -> list:
 
     monkeypatch.setattr(TabletopEnv, "render", counted)
     return calls
+
+
+class GivenRollouts(L.LightningDataModule):
+    """A ``RolloutSource`` without Ray: ``rollout`` hands out the given trajectory batches in
+    turn (``per_rank``: rank r always gets ``batches[r]``, as ``TrajectoryBatch`` kwargs) and
+    ``sync_weights`` records the versions pushed - for testing ``GRPOModule``'s step on
+    hand-made batches."""
+
+    placement = "disaggregated"
+
+    def __init__(self, batches: list, per_rank: bool = False):
+        super().__init__()
+        self.batches, self.per_rank = list(batches), per_rank
+        self.synced: list[int] = []
+
+    def train_dataloader(self):
+        return itertools.count()
+
+    def rollout(self, weights=None) -> TrajectoryBatch:
+        if self.per_rank:
+            dist = torch.distributed
+            return TrajectoryBatch(**self.batches[dist.get_rank() if dist.is_initialized() else 0])
+        return self.batches.pop(0)
+
+    def sync_weights(self, state_dict, version: int) -> float:
+        self.synced.append(version)
+        return 0.0
+
+    def shares_trainer_device(self) -> bool:
+        return False
+
+    def step_timing(self) -> dict:
+        return {}
+
+    def pop_trace_events(self) -> list:
+        return []

@@ -15,14 +15,10 @@ from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
 from callbacks.step_summary import StepSummaryCallback
 from callbacks.tracing import TracingCallback
-from callbacks.weight_sync import WeightSyncCallback
 from wmrl.config import build, check_paths, to_container, validate
 from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
 
-# GRPOModule pulls its batch itself (``dataloader_iter``) so rollouts never run ahead of the
-# weights; Lightning flags that step flavour as experimental on every run.
-warnings.filterwarnings("ignore", message=".*dataloader_iter.*")
 # checkpoints after the update are what we want (the weights the next rollout uses)
 warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
 
@@ -60,16 +56,13 @@ def build_logger(cfg: DictConfig):
 
 def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Trainer:
     callbacks = [
-        WeightSyncCallback(),
         StepSummaryCallback(),
         RunRecordCallback(to_container(cfg), cfg.run_dir),
         build_checkpoint(cfg),
     ]
     if cfg.get("tracing", {}).get("enabled", False):
         callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
-    # PACE (conf/pace, experiment=pace) before cfg.callbacks: its round runs on the trainer's
-    # policy before phase_offload moves that off the device
-    if cfg.get("pace"):
+    if cfg.get("pace"):  # conf/pace, experiment=pace
         callbacks.append(build(cfg.pace))
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])

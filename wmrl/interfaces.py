@@ -1,4 +1,4 @@
-"""The contracts between the parts (see DESIGN.md). Plain Protocols: implementations
+"""The contracts between the parts (docs/trainer.md). Plain Protocols: implementations
 do not inherit from them; tests check conformance with ``isinstance`` where useful.
 
 Shapes: B envs, C = chunk (8), D = action_dim (7), L = C * D action tokens.
@@ -68,16 +68,27 @@ class ChunkEnv(Protocol):
 
 @runtime_checkable
 class RolloutSource(Protocol):
-    """What ``GRPOModule`` and the callbacks use of the DataModule (``RolloutDataModule``).
+    """What ``GRPOModule``'s step and the callbacks use of the DataModule
+    (``RolloutDataModule``).
 
-    ``placement``: ``collocated`` | ``disaggregated`` | ``hybrid`` (``PhaseOffloadCallback``
-    acts only where rollouts share the trainer's device)."""
+    ``placement``: ``collocated`` | ``disaggregated`` | ``hybrid``."""
 
     placement: str
 
+    def rollout(self, weights: Any = None) -> TrajectoryBatch:
+        """One trajectory batch made with the policy version the actors hold (the last
+        ``sync_weights``); ``weights()`` gives that version's weights again for an actor
+        restarted meanwhile."""
+        ...
+
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Send the trainer's policy weights to every rollout actor as ``version``;
-        returns the seconds it took (``WeightSyncCallback``)."""
+        returns the seconds it took."""
+        ...
+
+    def shares_trainer_device(self) -> bool:
+        """Whether the rollout computes on the trainer's own card (the trainer's state
+        must leave it during the rollout)."""
         ...
 
     def step_timing(self) -> dict[str, float]:

@@ -1,7 +1,20 @@
-"""``GRPOModule``: the LightningModule that turns one rollout batch into policy updates.
+"""``GRPOModule``: the LightningModule whose ``training_step`` is one whole RL step.
 
-One ``training_step`` = one rollout batch (pulled from the DataModule's stream, so it is
-made with the current weights) ->
+``training_step`` reads top to bottom (the DataModule is ``RolloutDataModule``):
+
+0. the rollout actors hold the policy of version v (synced at ``on_train_start``, then at the
+   end of every step);
+1. rollout + score: ``datamodule.rollout`` runs every env for an episode with those weights;
+   the env's reward model scores the imagined frames (rewards, success per episode). Where
+   the rollout shares the trainer's card (collocated on an accelerator) the trainer's
+   weights and optimizer state leave it meanwhile (``strategies.offload``);
+2. advantages + update (``update``), below;
+3. sync: version v+1 to the actors (``datamodule.sync_weights``).
+
+No callback is needed for a correct step; callbacks add the optional extras (sim eval, PACE,
+tracing, checkpoints, step summaries).
+
+``update``:
 
 1. returns and step masks (``trajectory_returns``), group-normalised advantages, and the
    group filter (all-fail / all-success groups carry no gradient and are dropped);
@@ -27,10 +40,6 @@ An optimizer step whose log-probs, loss or grad norm is NaN/Inf is skipped (weig
 state untouched, counted in ``train/nonfinite_steps``); ``max_nonfinite_steps`` in a row stop
 the run with a ``RuntimeError``.
 
-The rollout happens inside ``training_step`` (after Lightning's ``on_train_batch_start``), so
-callbacks that define ``on_rollout_end(trainer, module)`` are called once the batch is made
-(``PhaseOffloadCallback`` brings the trainer's state back onto the device then).
-
 Data-parallel ranks (DDP, FSDP2): the loss normalisers (kept trajectories, valid tokens) are
 summed over ranks and the weights multiplied by the world size, which the strategy's gradient
 averaging divides out again, so R ranks holding B_1..B_R take exactly the optimizer step one
@@ -46,12 +55,14 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import do_nothing_closure
 
+from strategies import full_state_dict
+from strategies.offload import offload, onload
 from wmrl.algorithms import grpo
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.config import build
@@ -153,6 +164,8 @@ class GRPOModule(L.LightningModule):
         self.policy_version = 0  # bumped after each batch's updates; rollouts must match it
         self.automatic_optimization = False
         self.history: list[dict[str, float]] = []  # per-step metrics of this run
+        self._offload_for_rollout = False  # the rollout shares the trainer's card
+        self._offloaded = False
 
     def on_fit_start(self) -> None:
         # under FSDP2 (strategies.HybridShardStrategy) only forward() gathers the shards;
@@ -200,35 +213,77 @@ class GRPOModule(L.LightningModule):
             sched.step()
 
     # ---- the step --------------------------------------------------------------------
-    def training_step(self, dataloader_iter: Iterator[TrajectoryBatch]) -> None:
-        t0 = time.perf_counter()
-        with Tracer.trace_span("trainer.wait_rollout"):
-            batch, _, _ = next(dataloader_iter)  # (batch, batch_idx, dataloader_idx)
+    @property
+    def rollouts(self) -> RolloutSource:
+        dm = self.trainer.datamodule
+        if not isinstance(dm, RolloutSource):
+            raise TypeError(f"GRPOModule needs a rollout DataModule (wmrl.interfaces."
+                            f"RolloutSource, e.g. RolloutDataModule); got {type(dm).__name__}")
+        return dm
+
+    def on_train_start(self) -> None:
+        # the actors start at the trainer's version: 0, or the restored one on resume
+        self._offload_for_rollout = self.rollouts.shares_trainer_device()
+        self.sync_policy()
+
+    def training_step(self, step: int) -> None:
+        """One RL step: rollout with version v -> score -> advantages -> update -> sync v+1."""
+        rollouts, t0 = self.rollouts, time.perf_counter()
+        moved = self._offload("offload")  # a rollout on the trainer's card: our state leaves
+        with Tracer.trace_span("trainer.rollout", version=self.policy_version):
+            batch = rollouts.rollout(weights=self._weights_for_restarted_actor)
+        moved.update(self._offload("onload"))
         t_rollout = time.perf_counter() - t0
-        for cb in self.trainer.callbacks:  # e.g. PhaseOffloadCallback: the trainer's turn
-            hook = getattr(cb, "on_rollout_end", None)
-            if callable(hook):
-                hook(self.trainer, self)
         if batch.version != self.policy_version:
             raise RuntimeError(
-                f"rollout used policy version {batch['version']} but the trainer is at "
-                f"{self.policy_version}: weight sync did not reach the rollout workers"
-            )
+                f"rollout used policy version {batch.version} but the trainer is at "
+                f"{self.policy_version}: weight sync did not reach the rollout workers")
         with Tracer.trace_span("trainer.update", version=self.policy_version):
-            metrics = self.update(batch)
-        metrics["time/rollout_s"] = t_rollout
-        metrics["time/train_s"] = time.perf_counter() - t0 - t_rollout
-        dm = self.trainer.datamodule
-        for k, v in (dm.step_timing() if isinstance(dm, RolloutSource) else {}).items():
-            metrics[f"time/{k}"] = v
-        step_s = metrics["time/rollout_s"] + metrics["time/train_s"]
-        if "time/idle_s" in metrics and step_s > 0:
-            metrics["time/idle_frac"] = metrics["time/idle_s"] / step_s
+            metrics = self.update(batch)  # advantages, then the optimizer steps
+        t_train = time.perf_counter() - t0 - t_rollout
         self.policy_version += 1
+        metrics["time/weight_sync_s"] = self.sync_policy()  # the next rollout's weights
+        metrics.update({"time/rollout_s": t_rollout, "time/train_s": t_train, **moved})
+        metrics.update({f"time/{k}": v for k, v in rollouts.step_timing().items()})
+        if "time/idle_s" in metrics and t_rollout + t_train > 0:
+            metrics["time/idle_frac"] = metrics["time/idle_s"] / (t_rollout + t_train)
         self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=1)
         self.log_dict({"reward": metrics["rollout/return"], "success": metrics["rollout/success"]},
                       on_step=True, prog_bar=True, batch_size=1)
         self.history.append(metrics)
+
+    def sync_policy(self) -> float:
+        """The trainer's policy, whole, to this rank's rollout actors as ``policy_version``
+        (every rank owns its actors); returns seconds."""
+        with Tracer.trace_span("trainer.weight_sync", version=self.policy_version):
+            return self.rollouts.sync_weights(full_state_dict(self.policy), self.policy_version)
+
+    def _weights_for_restarted_actor(self) -> dict[str, torch.Tensor]:
+        """The current weights for an actor Ray restarted mid-rollout (on this rank only)."""
+        if self.trainer.world_size > 1 and any(hasattr(p, "full_tensor")
+                                               for p in self.policy.parameters()):
+            raise RuntimeError(
+                "a rollout actor was restarted, but re-syncing sharded (FSDP) weights needs "
+                "every trainer rank: resume from <run_dir>/checkpoints/last.ckpt")
+        return full_state_dict(self.policy)
+
+    def _offload(self, direction: str) -> dict[str, float]:
+        """``offload``: weights, gradients and AdamW state to the host; ``onload``: back.
+        Only where the rollout runs on the trainer's card (``on_train_start`` asks).
+        Returns ``{direction/seconds, direction/gb}`` (empty when nothing moved)."""
+        if not self._offload_for_rollout or self._offloaded == (direction == "offload"):
+            return {}
+        opt = getattr(self.optimizers(), "optimizer", None)
+        if direction == "offload":
+            stats = offload(self, opt, "cpu")
+        else:
+            stats = onload(self, opt, self.trainer.strategy.root_device)
+        self._offloaded = direction == "offload"
+        return {f"{direction}/seconds": stats.seconds, f"{direction}/gb": stats.bytes / 1e9}
+
+    def on_train_end(self) -> None:
+        # the model where the user expects it (checkpoints, evaluation)
+        self._offload("onload")
 
     @property
     def last_metrics(self) -> dict[str, float]:

@@ -177,7 +177,7 @@ def test_round_finetunes_and_pushes_to_a_real_env_actor(assets, ray_local, tmp_p
 
         # GRPO goes on: a rollout in the updated world model
         dm.sync_weights(policy.state_dict(), 0)
-        batch = dm.next_batch()
+        batch = dm.rollout()
         assert batch.version == 0 and batch.rewards.shape == (2, 8)
 
         # resume: the checkpointed state continues the counts and the fine-tuned weights

@@ -16,7 +16,7 @@ STEPS = 3
 UPDATE_S = 0.3  # the "trainer update" between two batches
 # trace stamps are wall clock via an offset each process measures once (a loaded core may
 # delay it by some ms): a reset counts as made during the update if it ended this long
-# before next_batch was called; the exact check is step_timing's reset_ahead_s (time.time())
+# before rollout was called; the exact check is step_timing's reset_ahead_s (time.time())
 SLACK = UPDATE_S / 2
 FIELDS = ("image", "tokens", "logprobs", "rewards", "dones", "success")
 
@@ -49,12 +49,12 @@ def env_resets(events):
 
 def drive(dm, steps=STEPS, first=0, between=None):
     """Batches of ``steps`` training steps: rollout, "update" (sleep), weight sync; per step
-    also when next_batch was called and the env.reset spans it brought back."""
+    also when rollout was called and the env.reset spans it brought back."""
     out = []
     dm.sync_weights(weights(first), first)
     for k in range(first, first + steps):
         called = time.time()
-        batch = dm.next_batch()
+        batch = dm.rollout()
         out.append((batch, called, env_resets(dm.pop_trace_events()), dm.step_timing()))
         time.sleep(UPDATE_S)
         dm.sync_weights(weights(k + 1), k + 1)
@@ -95,7 +95,7 @@ def test_overlap_gives_the_same_batches_and_resets_during_the_update(ray_local, 
         assert len(resets) == per_step and all(t0 > called - SLACK for _, t0, _ in resets)
         assert timing["reset_ahead_s"] == 0.0
     # with overlap: step 0 resets itself; later steps' epoch-0 resets (one per env actor and
-    # stage) ran and ended before next_batch was called, during the previous "update"
+    # stage) ran and ended before rollout was called, during the previous "update"
     _, called, resets, timing = ahead[0]
     assert all(t0 > called - SLACK for _, t0, _ in resets) and timing["reset_ahead_s"] == 0.0
     for k, (_, called, resets, timing) in enumerate(ahead[1:], 1):
@@ -109,7 +109,7 @@ def test_overlap_gives_the_same_batches_and_resets_during_the_update(ray_local, 
 def test_collocated_on_an_accelerator_does_not_overlap(ray_local):
     dm = make_dm("collocated", 1, True)
     # as the actors would report it on a card (they compute on the CPU here)
-    dm.placement_report = lambda: [{"compute_device": "cuda:0"}]
+    dm.pool.placement_report = lambda: [{"compute_device": "cuda:0"}]
     dm.setup("fit")
     try:
         assert dm.overlap_resets and not dm.overlapping

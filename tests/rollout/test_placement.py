@@ -142,13 +142,13 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
         weights = {k: torch.from_numpy(v) for k, v in weights.items()}
         for dm in dms:
             dm.sync_weights(weights, version=3)
-            batch = dm.next_batch()
+            batch = dm.rollout()
             assert batch.version == 3 and batch.tokens.shape == (8, 2, 56)
         for actor in dms[0].rollout_workers:
             got = ray.get(actor.get_state.remote())
             assert all(torch.equal(torch.tensor(got[k]), v) for k, v in weights.items())
         if placement == "disaggregated":
-            assert dms[0].sync_group is not None and dms[0].sync_group.size == 3
+            assert dms[0].sync.group is not None and dms[0].sync.group.size == 3
     finally:
         for dm in dms:
             dm.teardown()
@@ -169,27 +169,39 @@ def test_missing_resource_fails_before_any_actor_starts(ray_local):
 
 
 @pytest.mark.slow
-def test_collocated_fit_runs_with_phase_offload(tmp_path, ray_local):
-    """The fit config's phase offload is live in collocated runs: the trainer leaves the device
-    for each rollout and returns when the batch is made (on a CPU trainer the moves are no-ops,
-    but they run and are logged every step)."""
+def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
+        tmp_path, ray_local, monkeypatch):
+    """The step syncs the weights itself: a bare Trainer (no callback at all) ends with the
+    same weights as the full fit. And where the rollout shares the trainer's card
+    (collocated on an accelerator; the card is faked here, so the moves are CPU -> CPU) the
+    trainer's weights and AdamW state leave the device during each rollout, in the step."""
+    import lightning as L
     from test_fit_toy import toy_cfg
 
-    from callbacks.phase_offload import PhaseOffloadCallback
-    from wmrl.fit import fit
+    from wmrl.fit import build_datamodule, build_module, fit
 
-    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "rollout.placement": "collocated",
-                               "rollout.worker_cpus": 0.25})
-    cfg.callbacks = {"phase_offload": {"_target_": "callbacks.phase_offload.PhaseOffloadCallback",
-                                       "placements": ["collocated"],
-                                       "onload_on": "on_rollout_end"}}
-    trainer, module = fit(cfg)
-    cb = next(c for c in trainer.callbacks if isinstance(c, PhaseOffloadCallback))
-    hooks = [h for h, _ in cb.history]
-    # off during each rollout: back on only once GRPOModule has its batch
-    assert hooks == ["on_train_start", "on_rollout_end", "on_train_batch_end",
-                     "on_rollout_end", "on_train_batch_end", "on_train_end"]
-    assert "offload/seconds" in trainer.logged_metrics and module.policy_version == 2
+    monkeypatch.setattr(RolloutDataModule, "shares_trainer_device", lambda self: True)
+    cfg = toy_cfg(tmp_path / "fit", **{"trainer.max_steps": 2, "rollout.placement": "collocated",
+                                       "rollout.worker_cpus": 0.25})
+    _, module = fit(cfg)
+    # step 1 moves the weights (AdamW holds no state yet), step 2 also the state
+    gb = [m["offload/gb"] for m in module.history]
+    assert gb[0] > 0 and gb[1] > gb[0] and all("onload/seconds" in m for m in module.history)
+    assert not module._offloaded  # back on the device after the run
+    monkeypatch.undo()
+
+    cfg = toy_cfg(tmp_path / "bare", **{"trainer.max_steps": 2})
+    L.seed_everything(cfg.seed)
+    bare, dm = build_module(cfg), build_datamodule(cfg)
+    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, callbacks=[],
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path / "bare")
+    trainer.fit(bare, datamodule=dm)
+    assert bare.policy_version == 2 and dm.synced_version == 2
+    assert "offload/gb" not in bare.history[0]
+    want = module.policy.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in bare.policy.state_dict().items())
+    assert not torch.equal(want["bias"], torch.zeros_like(want["bias"]))  # it learned
 
 
 def test_resource_overrides_compose_from_the_command_line():

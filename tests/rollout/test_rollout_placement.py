@@ -32,7 +32,7 @@ def test_placements_give_identical_trajectories(ray_local):
         dm.setup("fit")
         try:
             dm.sync_weights(weights, version=7)
-            batches[placement, stages] = dm.next_batch()
+            batches[placement, stages] = dm.rollout()
             timing = dm.step_timing()
         finally:
             dm.teardown()
