@@ -40,6 +40,10 @@ BAD = [
     (["algorithm.betas=[0.9,1.5]"], r"algorithm.betas\[1\]=1.5 is not allowed: must be in \[0, 1\)"),
     (["checkpoint.keep_last=-2"], r"checkpoint.keep_last=-2 is not allowed: the number of step"),
     (["rollout.max_actor_restarts=-1"], r"rollout.max_actor_restarts=-1 is not allowed"),
+    (["env.success_threshold=1.5"], r"env.success_threshold=1.5 is not allowed: must be in "
+                                     r"\[0, 1\]"),
+    (["env.num_inference_steps=0"], r"env.num_inference_steps=0 is not allowed: must be > 0"),
+    (["env.resample_return=max"], r"env.resample_return: .*'max'.*\[min, mean\]"),
     (["+env.num_envs=8"], r"env.num_envs=8 conflicts with the rollout's 64 per env worker"),
     (["policy.pretrained_path=/nope/policy"],
      r"policy.pretrained_path=/nope/policy does not exist: point it at a save_pretrained"),

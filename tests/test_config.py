@@ -121,3 +121,39 @@ def test_hybrid_needs_stages():
         validate(fit_cfg("rollout.placement=hybrid"))
     with pytest.raises(ConfigError, match="pipeline_stages=3"):
         validate(fit_cfg("rollout.placement=hybrid", "rollout.pipeline_stages=3"))
+
+
+@pytest.mark.parametrize("group, schema", [("algorithm/grpo", "AlgorithmSchema"),
+                                           ("rollout/default", "RolloutSchema")])
+def test_group_files_hold_the_schemas_defaults(group, schema):
+    """One source per default: a group file states every key of its schema with the schema's
+    default (the published WoVR recipe); the tuned values live in experiments. The
+    constructors take theirs from the schema too."""
+    import inspect
+
+    from wmrl import schema as S
+    from wmrl.module import GRPOModule
+    from wmrl.rollout.datamodule import RolloutDataModule
+
+    want = S.defaults(getattr(S, schema))
+    got = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / f"{group}.yaml"))
+    assert got == want
+    ctor = GRPOModule if schema == "AlgorithmSchema" else RolloutDataModule
+    params = inspect.signature(ctor).parameters
+    assert {k: params[k].default for k in want if k in params} == \
+        {k: v for k, v in want.items() if k in params}
+
+
+def test_out_of_range_env_settings_are_refused_and_default_from_the_schema():
+    import inspect
+
+    from wmrl.envs.wan_env import WanWorldModelEnv
+    from wmrl.schema import WanEnvSchema, defaults
+
+    with pytest.raises(ConfigError, match=r"env.success_threshold=-0.1 is not allowed"):
+        validate(fit_cfg("env.success_threshold=-0.1"))
+    with pytest.raises(ConfigError, match=r"env.condition_frames=0 is not allowed"):
+        validate(fit_cfg("env.condition_frames=0"))
+    validate(fit_cfg("env.success_threshold=1.0"))  # the bounds are allowed
+    params = inspect.signature(WanWorldModelEnv).parameters
+    assert {k: params[k].default for k in defaults(WanEnvSchema)} == defaults(WanEnvSchema)

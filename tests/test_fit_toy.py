@@ -7,6 +7,7 @@ import lightning as L
 import pytest
 import ray
 import torch
+from conftest import CONF_DIR
 from omegaconf import OmegaConf
 
 from wmrl.config import ConfigError
@@ -43,6 +44,10 @@ def toy_cfg(tmp_path, **over):
                    "save_dir": str(tmp_path), "name": "csv"},
     })
     cfg.env = {"_target_": "toys.ReachEnv", "tolerance": 0.5}
+    # the fit's callbacks (conf/callbacks/default.yaml) without the tabletop's sim eval
+    cfg.tracing = {"enabled": False}
+    cfg.callbacks = OmegaConf.load(os.path.join(CONF_DIR, "callbacks", "default.yaml"))
+    cfg.callbacks.sim_eval = None
     for k, v in over.items():
         OmegaConf.update(cfg, k, v)
     return cfg

@@ -38,12 +38,18 @@ def build(spec: Any, **kwargs: Any) -> Any:
     Workers receive plain dicts and call this on their own process, so models are built
     (and weights loaded) where they run."""
     if isinstance(spec, dict) or OmegaConf.is_config(spec):
+        from hydra.errors import InstantiationException
         from hydra.utils import instantiate
 
         spec = to_container(spec)
         if "_target_" not in spec:
             raise ConfigError(f"config {sorted(spec)} has no _target_ to build")
-        return instantiate(spec, _convert_="all", **kwargs)
+        try:
+            return instantiate(spec, _convert_="all", **kwargs)
+        except InstantiationException as err:
+            if isinstance(err.__cause__, ConfigError):  # our one-line error, not Hydra's wrap
+                raise err.__cause__ from None
+            raise
     if kwargs:
         raise ConfigError(f"cannot pass {sorted(kwargs)} to an already built {type(spec)}")
     return spec

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import lightning as L
@@ -10,37 +9,35 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from callbacks.checkpoint_io import AtomicCheckpointIO
-from callbacks.preemption import PREEMPTED_EXIT_CODE, StepCheckpoint
+from callbacks.preemption import PREEMPTED_EXIT_CODE
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
-from callbacks.step_summary import StepSummaryCallback
-from callbacks.tracing import TracingCallback
 from wmrl.config import build, check_paths, to_container, validate
 from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
+from wmrl.schema import with_defaults
 
 # checkpoints after the update are what we want (the weights the next rollout uses)
 warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
 
 
 def build_module(cfg: DictConfig) -> GRPOModule:
-    return GRPOModule(policy=to_container(cfg.policy), group_size=cfg.rollout.group_size,
-                      temperature=cfg.rollout.temperature, seed=cfg.seed,
-                      **to_container(cfg.algorithm))
+    """``algorithm`` (its ``_target_``: ``wmrl.module.GRPOModule``) with the policy and the
+    rollout's group and temperature."""
+    return build(cfg.algorithm, _recursive_=False, policy=to_container(cfg.policy),
+                 group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
+                 seed=cfg.seed)
 
 
 def build_datamodule(cfg: DictConfig) -> RolloutDataModule:
+    """``rollout`` (its ``_target_``: ``RolloutDataModule``) with the policy and the env (the
+    env scores its frames with ``reward``)."""
     env = dict(to_container(cfg.env))
     if cfg.get("reward"):
         env["reward"] = to_container(cfg.reward)
-    return RolloutDataModule(policy=to_container(cfg.policy), env=env, seed=cfg.seed,
-                             tracing=bool(cfg.get("tracing", {}).get("enabled", False)),
-                             **to_container(cfg.rollout))
-
-
-def build_checkpoint(cfg: DictConfig) -> StepCheckpoint:
-    c = cfg.checkpoint
-    return StepCheckpoint(cfg.run_dir, keep_last=c.keep_last, every_n_steps=c.every_n_steps)
+    return build(cfg.rollout, _recursive_=False, policy=to_container(cfg.policy), env=env,
+                 seed=cfg.seed,
+                 tracing=bool(cfg.get("tracing", {}).get("enabled", False)))
 
 
 def build_logger(cfg: DictConfig):
@@ -55,15 +52,8 @@ def build_logger(cfg: DictConfig):
 
 
 def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Trainer:
-    callbacks = [
-        StepSummaryCallback(),
-        RunRecordCallback(to_container(cfg), cfg.run_dir),
-        build_checkpoint(cfg),
-    ]
-    if cfg.get("tracing", {}).get("enabled", False):
-        callbacks.append(TracingCallback(os.path.join(cfg.run_dir, "trace")))
-    if cfg.get("pace"):  # conf/pace, experiment=pace
-        callbacks.append(build(cfg.pace))
+    # the run record first (the resolved config: it needs the whole of it), then conf/callbacks
+    callbacks = [RunRecordCallback(to_container(cfg), cfg.run_dir)]
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])
     logger = build_logger(cfg)
@@ -81,6 +71,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     process: non-zero, so nothing chained after the fit takes the run for finished."""
     validate(cfg)  # before Ray or any model starts
     check_paths(cfg)
+    cfg = with_defaults(cfg)  # what a group leaves out: its schema's default (wmrl/schema.py)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)  # first: its config checks are cheap, the policy is not
     module = build_module(cfg)

@@ -67,6 +67,7 @@ from wmrl.algorithms import grpo
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.config import build
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
+from wmrl.schema import AlgorithmSchema, RolloutSchema, defaults
 from wmrl.tracing import Tracer
 
 
@@ -88,6 +89,8 @@ def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str
     }
 
 
+# the defaults are the typed schema's (wmrl/schema.py): one source, no second literal
+_ALGORITHM, _ROLLOUT = defaults(AlgorithmSchema), defaults(RolloutSchema)
 _REFERENCE = "reference_policy."
 
 
@@ -106,31 +109,31 @@ class GRPOModule(L.LightningModule):
     def __init__(
         self,
         policy: Any,
-        group_size: int = 8,
-        temperature: float = 1.6,
-        lr: float = 2e-5,
-        lr_schedule: str = "constant",
-        lr_warmup_steps: int = 0,
-        lr_min_ratio: float = 0.0,
-        lr_schedule_steps: int | None = None,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-5,
-        weight_decay: float = 0.01,
-        grad_clip: float | None = 1.0,
-        clip_low: float = 0.2,
-        clip_high: float = 0.28,
-        dual_clip: float | None = None,
-        aggregation: str = "traj-mean",
-        advantage_scale: str = "group",
-        filter_groups: bool = True,
-        return_filter: tuple[float, float] | None = None,
-        global_batch: int = 8192,
-        micro_batch: int = 32,
-        update_epochs: int = 1,
-        gradient_accumulation: bool = True,
+        group_size: int = _ROLLOUT["group_size"],
+        temperature: float = _ROLLOUT["temperature"],
+        lr: float = _ALGORITHM["lr"],
+        lr_schedule: str = _ALGORITHM["lr_schedule"],
+        lr_warmup_steps: int = _ALGORITHM["lr_warmup_steps"],
+        lr_min_ratio: float = _ALGORITHM["lr_min_ratio"],
+        lr_schedule_steps: int | None = _ALGORITHM["lr_schedule_steps"],
+        betas: tuple[float, float] = _ALGORITHM["betas"],
+        eps: float = _ALGORITHM["eps"],
+        weight_decay: float = _ALGORITHM["weight_decay"],
+        grad_clip: float | None = _ALGORITHM["grad_clip"],
+        clip_low: float = _ALGORITHM["clip_low"],
+        clip_high: float = _ALGORITHM["clip_high"],
+        dual_clip: float | None = _ALGORITHM["dual_clip"],
+        aggregation: str = _ALGORITHM["aggregation"],
+        advantage_scale: str = _ALGORITHM["advantage_scale"],
+        filter_groups: bool = _ALGORITHM["filter_groups"],
+        return_filter: tuple[float, float] | None = _ALGORITHM["return_filter"],
+        global_batch: int = _ALGORITHM["global_batch"],
+        micro_batch: int = _ALGORITHM["micro_batch"],
+        update_epochs: int = _ALGORITHM["update_epochs"],
+        gradient_accumulation: bool = _ALGORITHM["gradient_accumulation"],
         seed: int = 0,
-        max_nonfinite_steps: int = 3,
-        kl_coef: float = 0.0,
+        max_nonfinite_steps: int = _ALGORITHM["max_nonfinite_steps"],
+        kl_coef: float = _ALGORITHM["kl_coef"],
     ):
         super().__init__()
         self.policy = build(policy)

@@ -13,12 +13,13 @@ keyword arguments: their keys are checked by the constructors, their paths by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.errors import ConfigError
@@ -65,6 +66,7 @@ class WeightSyncSchema:
 
 @dataclass
 class RolloutSchema:
+    _target_: str = "wmrl.rollout.datamodule.RolloutDataModule"
     num_envs: int = 32
     group_size: int = 8
     rollout_epochs: int = 1
@@ -101,6 +103,7 @@ class RolloutSchema:
 
 @dataclass
 class AlgorithmSchema:
+    _target_: str = "wmrl.module.GRPOModule"
     lr: float = 2e-5
     lr_schedule: LRSchedule = LRSchedule["constant"]
     lr_warmup_steps: int = 0
@@ -155,8 +158,41 @@ class CheckpointSchema:
                  "the number of step checkpoints kept beside last.ckpt (0: none, -1: all)")
 
 
+ResampleReturn = _choices("ResampleReturn", ("min", "mean"))
+
+
+@dataclass
+class WanEnvSchema:
+    """The scalar settings of ``env`` when it is ``wmrl.envs.wan_env.WanWorldModelEnv`` (its
+    constructor takes its defaults from here). The model, reward and initial-states specs are
+    checked by their loaders and ``wmrl.config.check_paths``."""
+
+    condition_frames: int = 5
+    num_inference_steps: int = 5
+    success_threshold: float = 0.9
+    use_rel_reward: bool = False
+    reward_coef: float = 5.0
+    fast_path: bool = True
+    reuse_generated_latents: bool = False
+    kir_reset: bool = False
+    max_regenerations: int = 3
+    return_frames: bool = False
+    resample_check: bool = False
+    resample_return: Optional[ResampleReturn] = None
+
+    def __post_init__(self) -> None:
+        _positive("env", self, "condition_frames", "num_inference_steps", "reward_coef")
+        _positive("env", self, "max_regenerations", allow_zero=True)
+        _require("env.success_threshold", self.success_threshold,
+                 0 <= self.success_threshold <= 1,
+                 "must be in [0, 1] (an episode succeeds when the reward's per-frame success "
+                 "score reaches it)")
+
+
 SCHEMAS = {"rollout": RolloutSchema, "algorithm": AlgorithmSchema,
            "checkpoint": CheckpointSchema}
+# groups whose config is a ``_target_`` spec: the schema of the settings of a known target
+TARGET_SCHEMAS = {("env", "wmrl.envs.wan_env.WanWorldModelEnv"): WanEnvSchema}
 
 _store = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
@@ -169,7 +205,10 @@ def _first_line(err: OmegaConfBaseException) -> str:
 
 def check_group(group: str, values: Any) -> None:
     """Types, choices and ranges of one group (a DictConfig or dict); raises ConfigError."""
-    schema = SCHEMAS[group]
+    check_values(group, SCHEMAS[group], values)
+
+
+def check_values(group: str, schema: type, values: Any) -> None:
     plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) \
         else values
     if not isinstance(plain, dict):
@@ -183,7 +222,31 @@ def check_group(group: str, values: Any) -> None:
 
 
 def check(cfg: Any) -> None:
-    """Every schema'd group present in ``cfg``."""
+    """Every schema'd group present in ``cfg``, and the known settings of ``_target_`` specs."""
     for group in SCHEMAS:
         if cfg.get(group) is not None:
             check_group(group, cfg[group])
+    for (group, target), schema in TARGET_SCHEMAS.items():
+        spec = cfg.get(group)
+        if OmegaConf.is_dict(spec) and spec.get("_target_") == target:
+            known = {f.name for f in fields(schema)}
+            check_values(group, schema, {k: spec[k] for k in spec if k in known})
+
+
+def with_defaults(cfg: Any) -> Any:
+    """A copy of ``cfg`` with every schema'd group merged onto its dataclass: a key the
+    config leaves out takes the schema's default (the one source of defaults)."""
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        for group, schema in SCHEMAS.items():
+            if cfg.get(group) is not None:
+                plain = OmegaConf.to_container(cfg[group], resolve=True)
+                merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
+                out[group] = OmegaConf.to_container(merged, enum_to_str=True)
+    return out
+
+
+def defaults(schema: type) -> dict[str, Any]:
+    """A schema's defaults as plain values (for the constructors' signatures: no second
+    literal)."""
+    return OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)

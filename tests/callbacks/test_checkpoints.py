@@ -21,6 +21,7 @@ from test_fit_toy import toy_cfg
 from callbacks.preemption import PREEMPTED_EXIT_CODE
 from wmrl.config import ConfigError, to_container
 from wmrl.fit import fit
+from wmrl.schema import with_defaults
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -32,11 +33,12 @@ def load(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def four_steps(tmp_path_factory, ray_local):
-    """A 4-step toy fit keeping 2 step checkpoints: (run dir, its resolved config)."""
+    """A 4-step toy fit keeping 2 step checkpoints: (run dir, its resolved config: what the
+    config says, and the schemas' defaults for what it leaves out)."""
     run_dir = tmp_path_factory.mktemp("four_steps")
     cfg = toy_cfg(run_dir, **{"trainer.max_steps": 4, "checkpoint.keep_last": 2})
     fit(cfg)
-    return run_dir, to_container(cfg)
+    return run_dir, to_container(with_defaults(cfg))
 
 
 def test_keeps_the_last_k_step_checkpoints_each_with_the_config(four_steps):

@@ -179,6 +179,7 @@ def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
     from test_fit_toy import toy_cfg
 
     from wmrl.fit import build_datamodule, build_module, fit
+    from wmrl.schema import with_defaults
 
     monkeypatch.setattr(RolloutDataModule, "shares_trainer_device", lambda self: True)
     cfg = toy_cfg(tmp_path / "fit", **{"trainer.max_steps": 2, "rollout.placement": "collocated",
@@ -190,7 +191,7 @@ def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
     assert not module._offloaded  # back on the device after the run
     monkeypatch.undo()
 
-    cfg = toy_cfg(tmp_path / "bare", **{"trainer.max_steps": 2})
+    cfg = with_defaults(toy_cfg(tmp_path / "bare", **{"trainer.max_steps": 2}))
     L.seed_everything(cfg.seed)
     bare, dm = build_module(cfg), build_datamodule(cfg)
     trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, callbacks=[],

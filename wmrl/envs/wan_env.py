@@ -57,6 +57,7 @@ from wmrl.envs.initial_states import (
     seed_reset_generator,
 )
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_np, unit_to_u8_torch
+from wmrl.schema import WanEnvSchema, defaults
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 OPEN_GRIPPER = -1.0  # the gripper action of the condition slots after a reset (RLinf's
@@ -76,6 +77,10 @@ def _build_reward(reward):
     )
 
 
+# the settings' defaults are the typed schema's (wmrl/schema.py): one source
+_SETTINGS = defaults(WanEnvSchema)
+
+
 class WanWorldModelEnv:
     """See module docstring. ``world_model``: a picklable config dict for
     ``build_world_model`` (``path`` or tiny sub-configs, plus ``height``/``width``) or a model."""
@@ -88,23 +93,23 @@ class WanWorldModelEnv:
         num_envs: int,
         group_size: int = 1,
         chunk: int = 8,
-        condition_frames: int = 5,
-        num_inference_steps: int = 5,
+        condition_frames: int = _SETTINGS["condition_frames"],
+        num_inference_steps: int = _SETTINGS["num_inference_steps"],
         max_episode_steps: int = 256,
-        success_threshold: float = 0.9,
-        use_rel_reward: bool = False,
-        reward_coef: float = 5.0,
+        success_threshold: float = _SETTINGS["success_threshold"],
+        use_rel_reward: bool = _SETTINGS["use_rel_reward"],
+        reward_coef: float = _SETTINGS["reward_coef"],
         seed: int = 0,
-        fast_path: bool = True,
-        reuse_generated_latents: bool = False,
-        kir_reset: bool = False,
+        fast_path: bool = _SETTINGS["fast_path"],
+        reuse_generated_latents: bool = _SETTINGS["reuse_generated_latents"],
+        kir_reset: bool = _SETTINGS["kir_reset"],
         height: int | None = None,
         width: int | None = None,
         action_dim: int = 7,
-        max_regenerations: int = 3,
-        return_frames: bool = False,
-        resample_check: bool = False,
-        resample_return: str | None = None,
+        max_regenerations: int = _SETTINGS["max_regenerations"],
+        return_frames: bool = _SETTINGS["return_frames"],
+        resample_check: bool = _SETTINGS["resample_check"],
+        resample_return: str | None = _SETTINGS["resample_return"],
         device: str = "cpu",
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
