@@ -5,11 +5,13 @@ it into exit code 2 without a traceback."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 from conftest import ROOT
 from omegaconf import OmegaConf
+from test_asset_checks import copy, edit_json, truncate
 from test_config import fit_cfg
 
 from wmrl.config import ConfigError, check_paths, validate
@@ -113,3 +115,111 @@ def test_fit_script_exits_2_with_one_line_and_no_traceback():
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("config error: rollout.group_size=1 is not allowed"), lines
     assert "Traceback" not in proc.stderr and "ray" not in proc.stdout.lower()
+
+
+# damaged copies of the shipped assets (wmrl.asset_checks): name -> (make(tmp_path) ->
+# (overrides, the line's start)); refused before Ray or any model starts, headers only
+def _policy(tmp_path, damage):
+    pol = copy(tmp_path, "policy")
+    weights = pol / "model-00001-of-00001.safetensors"
+    if damage == "truncated":
+        truncate(weights)
+    elif damage == "garbage":
+        weights.write_bytes(b"<html>404 Not Found</html>" * 100)
+    else:
+        edit_json(pol / "config.json", text_config__hidden_size=96)
+        return [f"policy.pretrained_path={pol}"], (
+            f"policy.pretrained_path: {pol}/config.json: does not match the weights in ")
+    return [f"policy.pretrained_path={pol}"], (
+        f"policy.pretrained_path: {weights}: not a whole safetensors file")
+
+
+def _world_model(tmp_path, sub):
+    wm = copy(tmp_path, "world_model")
+    truncate(wm / sub)
+    return [f"env.world_model.path={wm}"], (
+        f"env.world_model.path: {wm / sub}: not a whole safetensors file")
+
+
+def _empty_states(tmp_path):
+    (tmp_path / "states").mkdir()
+    return [f"env.initial_states={tmp_path / 'states'}"], (
+        f"env.initial_states: {tmp_path / 'states'}: an empty directory, expected "
+        "initial_states.safetensors and tasks.json")
+
+
+def _reward(tmp_path, kind):
+    if kind == "pth":
+        torch.save([torch.zeros(3)], tmp_path / "rm.pth")
+        return [f"reward.checkpoint={tmp_path / 'rm.pth'}"], (
+            f"reward.checkpoint: {tmp_path / 'rm.pth'}: holds a list, not a state dict")
+    rew = copy(tmp_path, "reward")
+    truncate(rew / "model.safetensors", 0.9)
+    return [f"reward.checkpoint={rew}"], (
+        f"reward.checkpoint: {rew}/model.safetensors: not a whole safetensors file")
+
+
+DAMAGED = {
+    "policy weights truncated": lambda t: _policy(t, "truncated"),
+    "policy weights not safetensors": lambda t: _policy(t, "garbage"),
+    "policy config.json hidden_size": lambda t: _policy(t, "config"),
+    "world-model transformer truncated":
+        lambda t: _world_model(t, "transformer/diffusion_pytorch_model.safetensors"),
+    "world-model vae truncated":
+        lambda t: _world_model(t, "vae/diffusion_pytorch_model.safetensors"),
+    "world-model action truncated":
+        lambda t: _world_model(t, "action/action_modules.safetensors"),
+    "initial states empty": _empty_states,
+    "reward safetensors truncated": lambda t: _reward(t, "safetensors"),
+    "reward pth not a state dict": lambda t: _reward(t, "pth"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED))
+def test_a_damaged_asset_is_refused_in_one_line(tmp_path, name):
+    overrides, start = DAMAGED[name](tmp_path)
+    line = refuse(fit_cfg(*overrides))
+    assert line.startswith(start), line
+
+
+def run_fit(*overrides: str) -> tuple[subprocess.CompletedProcess, float]:
+    env = dict(os.environ, HYDRA_FULL_ERROR="0")
+    env.pop("WMRL_FULL_ERROR", None)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fit.py"), "logger=csv",
+                           *overrides], capture_output=True, text=True, env=env, timeout=300)
+    return proc, time.monotonic() - start
+
+
+def one_config_error(proc: subprocess.CompletedProcess) -> str:
+    """Exit 2, no traceback, no Ray: the last stderr line is the one config error."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "ray" not in (proc.stdout + proc.stderr).lower()
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("config error: ") and lines[-1].endswith(
+        " (WMRL_FULL_ERROR=1 shows the trace)"), lines
+    return lines[-1].removeprefix("config error: ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["policy config.json hidden_size",
+                                  "world-model transformer truncated"])
+def test_fit_script_refuses_a_damaged_asset_at_startup(tmp_path, name):
+    """Exit 2 and the one line before Ray or any model starts: about the script's start-up
+    (imports, Hydra) plus header reads, where the loads used to fail 20-95 s in, from inside
+    a Ray actor, through Hydra's instantiate wrapper. Two cases end to end (each starts a
+    Python and Hydra); every case of DAMAGED is refused in process above."""
+    overrides, start = DAMAGED[name](tmp_path)
+    proc, seconds = run_fit(*overrides)
+    assert one_config_error(proc).startswith(start)
+    assert seconds < 60, seconds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_fit_script_refuses_an_absent_accelerator():
+    proc, seconds = run_fit("trainer.accelerator=cuda")
+    assert one_config_error(proc).startswith(
+        "trainer.accelerator=cuda: this machine has no cuda device (Lightning: "
+        "CUDAAccelerator not available)")
+    assert seconds < 60, seconds

@@ -9,6 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from wmrl import schema
+from wmrl.asset_checks import check_accelerator, check_assets
 from wmrl.errors import ConfigError
 
 __all__ = ["ConfigError", "assets_dir", "build", "check_paths", "to_container", "validate"]
@@ -121,12 +122,16 @@ MODEL_PATHS = (
 
 def check_paths(cfg: DictConfig) -> None:
     """Every model path and ``ckpt_path`` exists and has the right format, before anything
-    loads. A checkpoint must be a Lightning checkpoint, of the same policy config."""
+    loads: weight files whole and of the shapes their configs describe (``wmrl.asset_checks``,
+    headers only), the trainer's accelerator present. A checkpoint must be a Lightning
+    checkpoint, of the same policy config."""
     for key, what in MODEL_PATHS:
         value = OmegaConf.select(cfg, key, default=None)
         if isinstance(value, str) and not os.path.exists(value):
             raise ConfigError(f"{key}={value} does not exist: point it at {what} on this "
                               "machine (README: Pointing the configs at real checkpoints)")
+    check_accelerator(cfg)
+    check_assets(cfg)
     if cfg.get("ckpt_path"):
         check_checkpoint(cfg.ckpt_path, to_container(cfg.policy), "ckpt_path")
 

@@ -16,6 +16,7 @@ import torch
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
+from wmrl.asset_checks import check_initial_states, check_world_model
 from wmrl.pipeline.rlinf_import import (
     ImportRefused,
     dit_name,
@@ -122,6 +123,7 @@ def test_bf16_shards_in_and_out(tmp_path):
     tiny_vae(tmp_path / "wm")
     model = ActionWanModel.from_pretrained(tmp_path / "wm", dtype="bfloat16")
     assert model.transformer.dtype == torch.bfloat16
+    check_world_model(str(tmp_path / "wm"))  # fit's header checks pass the sharded layout
 
 
 def _refused(tmp_path, tensors: dict, match: str, **kw):
@@ -288,6 +290,8 @@ def test_reset_data_import_matches_rlinfs_reader_and_wanenv_reset(tmp_path):
             assert states.context_actions[i].tolist() == [[0.0] * 6 + [-1.0]] * 4
     plain = import_reset_data(FIXTURES / "dataset", tmp_path / "plain", enable_kir=False)
     assert plain["states"] == 3 and plain["kir_states"] == 1  # traj10.npy has 5 frames
+    check_initial_states(str(tmp_path / "wm" / "initial_states"), kir_reset=True)  # fit's checks
+    check_initial_states(plain["initial_states"])
 
 
 def test_reset_data_refuses_what_is_not_a_trajectory(tmp_path):
