@@ -34,7 +34,8 @@ class _StepClock(L.Callback):
         self.ends.append(time.perf_counter())
 
 
-def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool):
+def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool,
+         group_size: int, max_episode_steps: int, overrides: tuple[str, ...]):
     from wmrl.fit import fit
 
     clock = _StepClock()
@@ -44,22 +45,29 @@ def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool):
             f"trainer.max_steps={steps + 1}", f"rollout.placement={placement}",
             f"rollout.pipeline_stages={stages}", f"rollout.num_envs={num_envs}",
             f"rollout.overlap_resets={str(overlap).lower()}",
-            "rollout.group_size=4", "rollout.max_episode_steps=32",
+            f"rollout.group_size={group_size}", f"rollout.max_episode_steps={max_episode_steps}",
             # full-length episodes and an update every step, whatever the (random) reward
             # says: timing, not learning; no simulator evaluation (not timed)
             "env.success_threshold=1.01", "algorithm.filter_groups=false",
-            "callbacks.sim_eval=null",
+            "callbacks.sim_eval=null", *overrides,
         ])
         _, module = fit(cfg, extra_callbacks=[clock])
     walls = [b - a for a, b in zip(clock.ends, clock.ends[1:])]  # steps 2..: step 1 warms up
     return module.history[1:], statistics.median(walls)
 
 
-def run(steps: int = 4, num_envs: int = 16) -> list[dict]:
+def run(steps: int = 4, num_envs: int = 16, modes: tuple = MODES, group_size: int = 4,
+        max_episode_steps: int = 32, overrides: tuple[str, ...] = ()) -> list[dict]:
+    """``steps`` timed steps (after a warm-up step) per mode and ``rollout.overlap_resets``
+    setting; ``modes``: (placement, pipeline stages) pairs. Each stage gets whole groups:
+    ``num_envs`` a multiple of ``group_size`` x stages. ``overrides``: more Hydra overrides of
+    conf/fit.yaml."""
     out = []
-    for placement, stages in MODES:
-        plain, wall_plain = _fit(placement, stages, steps, num_envs, overlap=False)
-        hist, wall = _fit(placement, stages, steps, num_envs, overlap=True)
+    sizes = {"group_size": group_size, "max_episode_steps": max_episode_steps,
+             "overrides": tuple(overrides)}
+    for placement, stages in modes:
+        plain, wall_plain = _fit(placement, stages, steps, num_envs, overlap=False, **sizes)
+        hist, wall = _fit(placement, stages, steps, num_envs, overlap=True, **sizes)
 
         def mean(key: str, hist: list[dict] = hist) -> float:
             return sum(h.get(key, 0.0) for h in hist) / len(hist)

@@ -35,11 +35,14 @@ def _time(fn, repeats: int) -> float:
     return (time.perf_counter() - t0) / repeats
 
 
-def run(repeats: int = 10) -> list[dict]:
+def run(repeats: int = 10, batch: int = BATCH, rounds: int | None = None) -> list[dict]:
+    """``repeats`` timed sample calls (half as many updates); ``rounds`` of the side-by-side
+    comparisons (default max(3, repeats // 2))."""
     from wmrl.policies.openvla_oft import build_policy
 
+    rounds = max(3, repeats // 2) if rounds is None else rounds
     policy = build_policy()
-    obs = _obs(BATCH)
+    obs = _obs(batch)
     gen = torch.Generator().manual_seed(0)
     t_sample = _time(lambda: policy.sample(obs, 1.6, generator=gen), repeats)
     tokens = policy.sample(obs, 1.6, generator=gen).tokens
@@ -49,15 +52,15 @@ def run(repeats: int = 10) -> list[dict]:
         policy.log_probs(obs, tokens, 1.6).sum().backward()
 
     t_update = _time(update, max(1, repeats // 2))
-    ctx = {"config": "openvla_oft_tiny", "batch": BATCH, "threads": torch.get_num_threads(),
+    ctx = {"config": "openvla_oft_tiny", "batch": batch, "threads": torch.get_num_threads(),
            "params": sum(p.numel() for p in policy.parameters())}
     return [
-        {"name": "policy.sample_chunks_per_s", "value": BATCH / t_sample, "unit": "chunks/s",
+        {"name": "policy.sample_chunks_per_s", "value": batch / t_sample, "unit": "chunks/s",
          "seconds_per_batch": t_sample, **ctx},
-        {"name": "policy.logprob_fwd_bwd_samples_per_s", "value": BATCH / t_update,
+        {"name": "policy.logprob_fwd_bwd_samples_per_s", "value": batch / t_update,
          "unit": "samples/s", "seconds_per_batch": t_update, **ctx},
-        *fused_figures(policy, obs, rounds=max(3, repeats // 2)),
-        kl_figure(policy, obs, tokens, rounds=max(3, repeats // 2)),
+        *fused_figures(policy, obs, rounds=rounds),
+        kl_figure(policy, obs, tokens, rounds=rounds),
     ]
 
 

@@ -19,29 +19,31 @@ def _frames_per_s(reward, frames: torch.Tensor, tasks: list[str], repeats: int) 
     return repeats * frames.shape[0] * frames.shape[1] / (time.perf_counter() - start)
 
 
-def run() -> list[dict]:
+def run(envs: int = 8, chunk: int = 8, real_image: int = 256,
+        repeats: tuple[int, int, int] = (5, 2, 3)) -> list[dict]:
+    """Frames of ``envs`` x ``chunk`` per call; ``real_image``: ResNet-18's frame size;
+    ``repeats``: timed calls for the tiny ResNet, ResNet-18 and TOPReward."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(0)
-    envs, chunk = 8, 8
     tasks = ["put the bowl on the plate"] * envs
     results = []
     cases = [
-        ("reward.resnet_tiny_frames_per_s", TINY_CONFIG, 64, 5),
-        ("reward.resnet18_256_frames_per_s", REAL_CONFIG, 256, 2),
+        ("reward.resnet_tiny_frames_per_s", TINY_CONFIG, 64, repeats[0]),
+        (f"reward.resnet18_{real_image}_frames_per_s", REAL_CONFIG, real_image, repeats[1]),
     ]
-    for name, config, size, repeats in cases:
+    for name, config, size, n in cases:
         frames = torch.randint(0, 256, (envs, chunk, size, size, 3), dtype=torch.uint8,
                                generator=g)
         reward = ResNetSuccessReward(config=config, device=device)
-        results.append({"name": name, "value": _frames_per_s(reward, frames, tasks, repeats),
+        results.append({"name": name, "value": _frames_per_s(reward, frames, tasks, n),
                         "unit": "frames/s", "device": device, "envs": envs, "chunk": chunk,
                         "image": size})
     with tempfile.TemporaryDirectory() as tmp:
         reward = TOPReward(str(save_tiny_qwen3vl(tmp)), device=device)
         frames = torch.randint(0, 256, (envs, chunk, 64, 64, 3), dtype=torch.uint8, generator=g)
         results.append({"name": "reward.topreward_tiny_frames_per_s",
-                        "value": _frames_per_s(reward, frames, tasks, 3), "unit": "frames/s",
-                        "device": device, "envs": envs, "chunk": chunk, "image": 64,
+                        "value": _frames_per_s(reward, frames, tasks, repeats[2]),
+                        "unit": "frames/s", "device": device, "envs": envs, "chunk": chunk, "image": 64,
                         "window": reward.window})
     return results
 

@@ -118,27 +118,33 @@ def libero_figures(size: int = 128, chunk: int = 8, rounds: int = 3,
     return out
 
 
-def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]:
+def run(episodes_per_task: int = 100, max_episode_steps: int = 64,
+        render_sizes: tuple[int, ...] = (64, 128), render_calls: int = 200,
+        step_calls: int = 300, skip_render: dict | None = None,
+        libero: dict | None = None) -> list[dict]:
+    """``episodes_per_task`` x ``max_episode_steps`` per expert noise level; ``render_calls``
+    and ``step_calls`` timed calls; ``skip_render`` and ``libero``: keyword arguments of
+    ``skip_render_figures`` and ``libero_figures`` (their defaults when None)."""
     out = []
-    for size in (64, 128):
+    for size in render_sizes:
         env = TabletopEnv(image_size=size)
         env.reset(options={"task": 0, "state_id": 0})
-        ms = _time_per_call(env.render, 200)
+        ms = _time_per_call(env.render, render_calls)
         out.append({"name": f"sim.render_ms_{size}", "value": round(ms, 3), "unit": "ms/frame"})
         env.close()
     env = TabletopEnv(render=False, max_episode_steps=10**6, terminate_on_success=False)
     env.reset(options={"task": 0, "state_id": 0})
     rng = np.random.default_rng(0)
-    ms = _time_per_call(lambda: env.step(rng.uniform(-1, 1, 7)), 300)
+    ms = _time_per_call(lambda: env.step(rng.uniform(-1, 1, 7)), step_calls)
     out.append({"name": "sim.step_ms_physics", "value": round(ms, 3), "unit": "ms/step",
                 "substeps": env.n_substeps})
     env = TabletopEnv(image_size=64, max_episode_steps=10**6, terminate_on_success=False)
     env.reset(options={"task": 0, "state_id": 0})
-    ms = _time_per_call(lambda: env.step(rng.uniform(-1, 1, 7)), 300)
+    ms = _time_per_call(lambda: env.step(rng.uniform(-1, 1, 7)), step_calls)
     out.append({"name": "sim.step_ms_with_render_64", "value": round(ms, 3), "unit": "ms/step"})
     env.close()
-    out.extend(skip_render_figures())
-    out.extend(libero_figures())
+    out.extend(skip_render_figures(**(skip_render or {})))
+    out.extend(libero_figures(**(libero or {})))
     for level, knobs in NOISE_LEVELS.items():
         t0 = time.perf_counter()
         rates = evaluate_success(ScriptedExpert(**knobs, seed=1), list(TASK_NAMES),
@@ -146,7 +152,8 @@ def run(episodes_per_task: int = 100, max_episode_steps: int = 64) -> list[dict]
                                  max_episode_steps=max_episode_steps)
         out.append({"name": f"sim.expert_success_{level}",
                     "value": round(float(np.mean(list(rates.values()))), 3), "unit": "fraction",
-                    "per_task": rates, "knobs": knobs, "episodes": episodes_per_task * 3,
+                    "per_task": rates, "knobs": knobs,
+                    "episodes": episodes_per_task * len(TASK_NAMES),
                     "max_episode_steps": max_episode_steps,
                     "seconds": round(time.perf_counter() - t0, 1)})
     return out

@@ -12,7 +12,7 @@ from wmrl.tracing import Tracer
 N = 100_000
 
 
-def _per_call_us(fn, n: int = N) -> float:
+def _per_call_us(fn, n: int) -> float:
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter_ns()
@@ -51,20 +51,21 @@ def _async_spans(n):
     asyncio.run(main())
 
 
-def run(spans_per_step: int = 1000, step_s: float = 1.0) -> list[dict]:
+def run(spans_per_step: int = 1000, step_s: float = 1.0, n: int = N) -> list[dict]:
+    """Per-span costs over ``n`` calls (best of 3); one step of ``spans_per_step`` spans."""
     was = Tracer.enabled()
     try:
-        base = _per_call_us(_empty)
+        base = _per_call_us(_empty, n)
         Tracer.configure(enabled=False)
-        off = _per_call_us(_spans) - base
-        off_fn = _per_call_us(_funcs) - base
+        off = _per_call_us(_spans, n) - base
+        off_fn = _per_call_us(_funcs, n) - base
         Tracer.configure(enabled=True, process_name="bench")
         Tracer.flush()
-        on = _per_call_us(_spans) - base
+        on = _per_call_us(_spans, n) - base
         Tracer.flush()
-        on_fn = _per_call_us(_funcs) - base
+        on_fn = _per_call_us(_funcs, n) - base
         Tracer.flush()
-        on_async = _per_call_us(_async_spans, N // 4) - base
+        on_async = _per_call_us(_async_spans, max(1, n // 4)) - base
         Tracer.flush()
         t0 = time.perf_counter_ns()  # one realistic step: spans then the per-step flush
         _spans(spans_per_step)

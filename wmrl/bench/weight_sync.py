@@ -186,9 +186,9 @@ def _run(ray, total_bytes: int, repeats: int, bucket_mb: float) -> list[dict]:
            "threads": os.environ.get("OMP_NUM_THREADS", "default")}
     rows = [
         {"name": "weight_sync.memcpy_gbps", "value": round(mem, 3), "unit": "GB/s",
-         "what": "1 GiB copy into a pre-touched buffer", **ctx},
+         "what": f"{nbytes / GIB:.3g} GiB copy into a pre-touched buffer", **ctx},
         {"name": "weight_sync.memcpy_alloc_gbps", "value": round(fresh, 3), "unit": "GB/s",
-         "what": "1 GiB clone (copy into a fresh allocation)", **ctx},
+         "what": f"{nbytes / GIB:.3g} GiB clone (copy into a fresh allocation)", **ctx},
         {"name": "weight_sync.naive_ray_put_gbps",
          "value": round(naive_bytes / 1e9 / naive_s, 3), "unit": "GB/s",
          "what": "ray.put(dict of torch tensors) -> 2 actors copy_", "naive_bytes": naive_bytes},
