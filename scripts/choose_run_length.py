@@ -8,7 +8,7 @@
 Every step checkpoint (``RUN/checkpoints/step-NNNNNN.ckpt``, ``callbacks/preemption.py``) of
 each run (one per training seed) is scored in the simulator, success_once on ``--states``
 fixed scenes of ``--eval-seed`` (default 2: neither the training scenes, ``task.eval_seed`` 0,
-nor the unseen ones, ``task.unseen_eval_seed`` 1, which the README's figures are measured on;
+nor the unseen ones, ``task.unseen_eval_seed`` 1, which docs/results.md's figures are measured on;
 those two are refused). Step 0 is the base policy (no checkpoint). For each step held by every
 run it prints the success per run and the mean +- standard error over runs, and picks the step
 with the highest mean (a tie goes to the shorter run); one JSON line holds it all.

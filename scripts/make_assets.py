@@ -19,7 +19,7 @@ scenes): expert data at noise 0 / 0.3 / 0.6 with a per-episode top speed in [0.2
 policy cloned (no relabelling, 2000 steps) from demonstrators with top speeds in [0.2, 0.7],
 so it moves at their mixed pace and often runs out of the 64 steps, and a transformer
 trained 8000 steps (~44 min of the ~100). ``random_scenes`` is the first recipe
-(``red_on_plate``, scenes anywhere; README, "The first recipe"): RL in its world model does
+(``red_on_plate``, scenes anywhere; docs/experiments/2026-11-29-first-recipe-red-on-plate.md): RL in its world model does
 not learn.
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
@@ -53,7 +53,7 @@ RECIPES = {
               # full-speed expert would clone the expert, not the demonstrators
               "sft": ["relabel_with_expert=false", "steps=2000", "threads=2"],
               # the grasp-timing detail that separates late successes from failures needs
-              # about twice the default transformer training (README, "paced demonstrators")
+              # about twice the default transformer training (docs/experiments/2026-11-29-paced-recipe.md)
               "world_model": ["transformer_train.steps=8000",
                               "transformer_train.max_seconds=2700"]},
 }

@@ -129,7 +129,7 @@ def check_paths(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if isinstance(value, str) and not os.path.exists(value):
             raise ConfigError(f"{key}={value} does not exist: point it at {what} on this "
-                              "machine (README: Pointing the configs at real checkpoints)")
+                              "machine (docs/checkpoints.md)")
     check_accelerator(cfg)
     check_assets(cfg)
     if cfg.get("ckpt_path"):

@@ -5,7 +5,7 @@ A run is a run dir written by ``scripts/fit.py`` with ``logger=csv``
 (also a wandb history exported to csv: ``trainer/global_step`` stands in for ``step``).
 Only csv is read: wandb 0.31 ships no reader for its offline ``.wandb`` files (the Python
 ``wandb.sdk.internal.datastore`` is gone; wandb-core, in Go, reads them), so a wandb-only run
-dir is named as such, with how to export it (``docs/running.md``, "Comparing two runs").
+dir is named as such, with how to export it (``docs/running.md``, "What a run records, and comparing two runs").
 
 Statistics use numpy and ``math`` only: Pearson's r over the common steps, the mean and final
 difference (B - A), and Welch's two-sample t-test over the last ``window`` common steps (its
@@ -26,7 +26,7 @@ import numpy as np
 STEP_COLUMNS = ("step", "trainer/global_step")  # CSVLogger's; WandbLogger's, in an export
 EXPORT_HINT = ("only csv logs are read (wandb 0.31 has no reader for offline .wandb files): "
                "run with logger=csv, or export the wandb run to csv (docs/running.md, "
-               "'Comparing two runs')")
+               "'What a run records, and comparing two runs')")
 
 
 class RunLogError(ValueError):

@@ -4,7 +4,7 @@ GRPO normally runs inside the world model; this env runs it against the simulato
 with the privileged success predicate as the reward. It is the *oracle*: what the same
 policy, optimizer and step budget reach when the imagined frames and the reward are
 perfect. The gap between an oracle run and a world-model run is what world-model fidelity
-and reward precision cost (``experiment=sim_oracle``; README, "The WoVR loop").
+and reward precision cost (``experiment=sim_oracle``; docs/results.md).
 
 Contract (as ``WanWorldModelEnv``): ``reset(seed, state_ids)`` -> obs {"image": uint8
 [B, H, W, 3], "task": list[str]}; ``chunk_step(actions [B, C, 7])`` -> (obs, rewards [B, C],

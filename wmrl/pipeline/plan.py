@@ -60,7 +60,7 @@ working set of the role's phase):
     policy): max over roles of R + T;
   collocated, nothing offloaded: sum of R + max of T (the phases take turns);
   disaggregated: trainer, env actor (+ reward) and policy actor on their own devices;
-  hybrid: as disaggregated (README "Placement"), env and policy step B / stages envs at once
+  hybrid: as disaggregated (docs/trainer.md, "Placement"), env and policy step B / stages envs at once
     (n/a when B does not split into stages of whole groups, as config.validate requires).
 A placement fits a device of S GB when peak <= headroom * S (``plan.headroom``, default 0.9:
 the plan does not count the CUDA context, allocator caching or conv workspaces). Sizes are

@@ -109,7 +109,7 @@ def imagined_frames(
     A reward trained on these learns what the simulator says about the world model's own
     imagination (drifted, blurred blocks included). That calibrates reward(world model(actions))
     only when imagined successes and failures look different; when they don't (the tabletop
-    assets: AUC 0.55, README), it teaches the reward to fire on the motion alone and raises
+    assets: AUC 0.55, docs/results.md), it teaches the reward to fire on the motion alone and raises
     false positives. The frames also serve to measure exactly that."""
     dirs = [dataset_dir] if isinstance(dataset_dir, (str, os.PathLike)) else list(dataset_dir)
     if negative_stride < 1:
