@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from callbacks.run_record import CONFIG_KEY  # noqa: E402
+from wmrl.asset_checks import check_policy  # noqa: E402
 from wmrl.config import ConfigError, build, check_checkpoint  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 
@@ -79,6 +80,8 @@ def check_ckpt(path: str, policy_cfg: dict) -> None:
 
 
 def load_policy(policy_cfg, ckpt_path: str | None = None):
+    if isinstance(dict(policy_cfg).get("pretrained_path"), str):
+        check_policy(dict(policy_cfg))  # whole weights of the config's shapes (headers only)
     if ckpt_path:
         check_ckpt(ckpt_path, dict(policy_cfg))
     policy = build(policy_cfg)
