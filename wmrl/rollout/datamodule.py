@@ -107,6 +107,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.max_actor_restarts = max_actor_restarts
         self.overlap_resets = overlap_resets  # asked for; setup decides where it is safe
         self.overlapping = False  # the next step's resets run during the update
+        self.on_trainer_card = False  # collocated actors computing on the trainer's card
         # (seed of the step, {(env actor, stage): obs ref}) of the resets started ahead; not
         # checkpointed: after a resume the first step resets itself, with the same seeds
         self._resets_ahead: tuple[int, dict] | None = None
@@ -163,7 +164,7 @@ class RolloutDataModule(L.LightningDataModule):
         # trainer updates (RolloutActor.rest); a reset during the update would move them back
         # and hold the card beside the trainer's weights, optimizer state and activations. So
         # there the resets wait for the rollout; on the CPU nothing moves and they overlap.
-        on_card = self.pool.on_trainer_card()
+        on_card = self.on_trainer_card = self.pool.on_trainer_card()
         self.overlapping = self.overlap_resets and not on_card
         if self.overlap_resets and on_card:
             log.info("rollout.overlap_resets: off for collocated actors on an accelerator "
@@ -177,7 +178,7 @@ class RolloutDataModule(L.LightningDataModule):
     def shares_trainer_device(self) -> bool:
         """The rollout runs on the trainer's own card (collocated on an accelerator): the
         trainer's state must leave it meanwhile."""
-        return self.plan is not None and self.pool.on_trainer_card()
+        return self.plan is not None and self.on_trainer_card  # decided once, at start
 
     def teardown(self, stage: str | None = None) -> None:
         self.pool.stop()
