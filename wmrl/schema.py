@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
@@ -189,10 +189,121 @@ class WanEnvSchema:
                  "score reaches it)")
 
 
-SCHEMAS = {"rollout": RolloutSchema, "algorithm": AlgorithmSchema,
+@dataclass
+class TaskSchema:
+    """``task`` (conf/task): the tabletop task that the env, the rollout, the sim eval and the
+    asset pipeline interpolate. The defaults are the shipped assets' task. A group file states
+    every key, since other groups interpolate them (``${task.name}``) before the defaults merge."""
+
+    name: str = "red_of_two"
+    image_size: List[int] = field(default_factory=lambda: [64, 64])  # [H, W]
+    camera: str = "front_close"
+    max_episode_steps: int = 64
+    eval_seed: int = 0
+    num_states: int = 256
+    unseen_eval_seed: int = 1
+
+    def __post_init__(self) -> None:
+        from wmrl.sim import tabletop  # mujoco: imported only when a config is checked
+
+        _require("task.name", self.name, self.name in tabletop.TASK_NAMES,
+                 f"one of {list(tabletop.TASK_NAMES)} (wmrl.sim.tabletop.TASKS)")
+        cameras = tabletop.camera_names()
+        _require("task.camera", self.camera, self.camera in cameras,
+                 f"one of {list(cameras)} (the cameras of wmrl.sim.tabletop's scene)")
+        size = list(self.image_size)
+        _require("task.image_size", size, len(size) == 2 and min(size) > 0,
+                 "[H, W]: two positive ints")
+        _positive("task", self, "max_episode_steps", "num_states")
+
+
+# config dtype names -> torch's: the one table of the policy's loaders and TOPReward
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+DType = _choices("DType", tuple(DTYPES))
+# OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: backends that honour it
+PolicyAttention = _choices("PolicyAttention", ("eager", "sdpa"))
+
+
+@dataclass
+class PolicySchema:
+    """The scalar settings of ``policy`` when it is ``wmrl.policies.openvla_oft.build_policy``
+    (its defaults come from here). ``pretrained_path``, ``config`` and ``overrides`` are checked
+    by the loader and ``wmrl.config.check_paths``."""
+
+    unnorm_key: Optional[str] = None
+    dtype: DType = DType["float32"]
+    gradient_checkpointing: bool = False
+    attn_implementation: PolicyAttention = PolicyAttention["sdpa"]
+    seed: int = 0
+    fused_ops: Optional[Union[bool, str]] = False
+
+    def __post_init__(self) -> None:
+        from strategies.devices import FAMILIES  # torch: imported only when a config is checked
+        from strategies.fused import fused_ops_config
+
+        kinds = ["cpu", *FAMILIES]
+        _require("policy.fused_ops", self.fused_ops,
+                 fused_ops_config(self.fused_ops) in (None, "auto", *kinds),
+                 f"false, true or auto (this process's device family), or one of {kinds}")
+
+
+@dataclass
+class ResNetRewardSchema:
+    """The scalar settings of ``reward`` when it is ``wmrl.rewards.resnet.ResNetSuccessReward``
+    (its defaults come from here). ``checkpoint`` and ``config`` (the architecture) are checked
+    by the loader, ``wmrl.config.check_paths`` and ``wmrl.asset_checks``."""
+
+    round: bool = True
+    device: str = "cpu"
+    seed: int = 0
+    batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        _positive("reward", self, "batch_size")
+
+
+@dataclass
+class TaskResNetRewardSchema(ResNetRewardSchema):
+    """``wmrl.rewards.resnet.TaskResNetSuccessReward``: the ResNet's settings and its task list."""
+
+    tasks: Optional[List[str]] = None
+
+
+TOPRewardDType = _choices("TOPRewardDType", ("auto", *DTYPES))
+
+
+@dataclass
+class TOPRewardSchema:
+    """The scalar settings of ``reward`` when it is ``wmrl.rewards.topreward.TOPReward`` (its
+    defaults come from here; ``model_path`` is read by its loader)."""
+
+    window: int = 16
+    threshold: float = 0.46
+    binary: bool = True
+    video_fps: float = 20.0
+    device: str = "cpu"
+    dtype: TOPRewardDType = TOPRewardDType["auto"]  # auto: bfloat16 on accelerators, else float32
+    attn_implementation: str = "sdpa"
+    max_batch: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _positive("reward", self, "window", "video_fps", "max_batch")
+        _require("reward.threshold", self.threshold, 0 <= self.threshold <= 1,
+                 "must be in [0, 1] (a frame succeeds when P(\" True\") reaches it)")
+
+
+SCHEMAS = {"task": TaskSchema,  # first: the groups that interpolate it then name their own keys
+           "rollout": RolloutSchema, "algorithm": AlgorithmSchema,
            "checkpoint": CheckpointSchema}
 # groups whose config is a ``_target_`` spec: the schema of the settings of a known target
-TARGET_SCHEMAS = {("env", "wmrl.envs.wan_env.WanWorldModelEnv"): WanEnvSchema}
+TARGET_SCHEMAS = {
+    ("env", "wmrl.envs.wan_env.WanWorldModelEnv"): WanEnvSchema,
+    ("policy", "wmrl.policies.openvla_oft.build_policy"): PolicySchema,
+    ("reward", "wmrl.rewards.resnet.ResNetSuccessReward"): ResNetRewardSchema,
+    ("reward", "wmrl.rewards.resnet.TaskResNetSuccessReward"): TaskResNetRewardSchema,
+    ("reward", "wmrl.rewards.topreward.TOPReward"): TOPRewardSchema,
+}
 
 _store = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():

@@ -34,8 +34,12 @@ from wmrl.interfaces import PolicySample
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
+from wmrl.schema import DTYPES, PolicyAttention, PolicySchema, defaults
 
-SUPPORTED_ATTN = ("eager", "sdpa")  # backends that honour a 4-D additive mask (no causal mask)
+# backends that honour a 4-D additive mask (no causal mask): the schema's choices
+SUPPORTED_ATTN = tuple(a.name for a in PolicyAttention)
+# build_policy's defaults are the typed schema's (wmrl/schema.py): one source
+_SETTINGS = defaults(PolicySchema)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 
@@ -206,7 +210,8 @@ class OpenVLAOFTPolicy(nn.Module):
     """``Policy`` (wmrl.interfaces): ``sample`` / ``log_probs`` over 8x7 action-bin tokens."""
 
     def __init__(self, config: dict, tokenizer=None, unnorm_key: str | None = None,
-                 attn_implementation: str = "sdpa", check_stats: bool = True):
+                 attn_implementation: str = _SETTINGS["attn_implementation"],
+                 check_stats: bool = True):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -268,7 +273,8 @@ class OpenVLAOFTPolicy(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, unnorm_key: str | None = None,
-                        dtype: torch.dtype | str = torch.float32, attn_implementation: str = "sdpa",
+                        dtype: torch.dtype | str = _SETTINGS["dtype"],
+                        attn_implementation: str = _SETTINGS["attn_implementation"],
                         overrides: dict | None = None,
                         ignore_key_prefixes: tuple[str, ...] = ()) -> OpenVLAOFTPolicy:
         """Load the published OpenVLA-OFT / RLinf layout from a local directory."""
@@ -535,11 +541,9 @@ def resize_like_rlinf(x: torch.Tensor, size: int) -> torch.Tensor:
 def _as_dtype(dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in names:
-        raise ValueError(f"dtype {dtype!r} unknown; use one of {sorted(names)}")
-    return names[dtype]
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} unknown; use one of {sorted(DTYPES)}")
+    return getattr(torch, DTYPES[dtype])
 
 
 # ---- safetensors I/O (sharded, HF index layout) ------------------------------------------
@@ -610,11 +614,13 @@ def load_safetensors_dir(model: nn.Module, directory: str,
 
 
 def build_policy(pretrained_path: str | None = None, config: dict | None = None,
-                 unnorm_key: str | None = None, dtype: str = "float32",
-                 gradient_checkpointing: bool = False, attn_implementation: str = "sdpa",
-                 overrides: dict | None = None, seed: int = 0,
+                 unnorm_key: str | None = _SETTINGS["unnorm_key"],
+                 dtype: str = _SETTINGS["dtype"],
+                 gradient_checkpointing: bool = _SETTINGS["gradient_checkpointing"],
+                 attn_implementation: str = _SETTINGS["attn_implementation"],
+                 overrides: dict | None = None, seed: int = _SETTINGS["seed"],
                  ignore_key_prefixes: list[str] | tuple[str, ...] = (),
-                 fused_ops: bool | str | None = False) -> OpenVLAOFTPolicy:
+                 fused_ops: bool | str | None = _SETTINGS["fused_ops"]) -> OpenVLAOFTPolicy:
     """Hydra ``_target_``: load ``pretrained_path`` if given, else random weights from ``config``
     (a plain dict, picklable for Ray workers; None = the tiny config). ``overrides`` update the
     ``wmrl`` settings; ``ignore_key_prefixes`` skips checkpoint keys the policy does not use
@@ -647,7 +653,8 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
 
 
 def build_policy_meta(pretrained_path: str | None = None, config: dict | None = None,
-                      dtype: str = "float32", attn_implementation: str = "sdpa",
+                      dtype: str = _SETTINGS["dtype"],
+                      attn_implementation: str = _SETTINGS["attn_implementation"],
                       overrides: dict | None = None, **_) -> OpenVLAOFTPolicy:
     """``build_policy``'s arguments, built on the meta device: every parameter has its shape and
     dtype, no weight is read or allocated (memory planning, ``scripts/plan.py``).

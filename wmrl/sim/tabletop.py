@@ -199,6 +199,12 @@ def tabletop_model() -> mujoco.MjModel:
     return model
 
 
+def camera_names() -> tuple[str, ...]:
+    """The scene's cameras (``TabletopEnv(camera=...)``), as the model defines them."""
+    m = tabletop_model()
+    return tuple(m.camera(i).name for i in range(m.ncam))
+
+
 def task_by_name(task: str | int) -> Task:
     """A task from its name, its instruction, or its index in ``TASKS``."""
     if isinstance(task, (int, np.integer)):
