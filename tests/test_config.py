@@ -1,16 +1,20 @@
 """The shipped Hydra configs compose, validate and name bad keys."""
 
+import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
 from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from wmrl.config import ConfigError, validate
-from wmrl.sim.tabletop import task_by_name
+from wmrl.schema import TARGET_SCHEMAS, defaults
+from wmrl.sim.tabletop import TASK_NAMES, camera_names, task_by_name
 
 
 def fit_cfg(*overrides):
@@ -123,37 +127,84 @@ def test_hybrid_needs_stages():
         validate(fit_cfg("rollout.placement=hybrid", "rollout.pipeline_stages=3"))
 
 
-@pytest.mark.parametrize("group, schema", [("algorithm/grpo", "AlgorithmSchema"),
-                                           ("rollout/default", "RolloutSchema")])
-def test_group_files_hold_the_schemas_defaults(group, schema):
+@pytest.mark.parametrize("group, schema, ctor", [
+    ("algorithm/grpo", "AlgorithmSchema", "wmrl.module.GRPOModule"),
+    ("rollout/default", "RolloutSchema", "wmrl.rollout.datamodule.RolloutDataModule"),
+    ("task/red_of_two", "TaskSchema", None)])
+def test_group_files_hold_the_schemas_defaults(group, schema, ctor):
     """One source per default: a group file states every key of its schema with the schema's
-    default (the published WoVR recipe); the tuned values live in experiments. The
-    constructors take theirs from the schema too."""
-    import inspect
-
+    default (the published WoVR recipe; for task the shipped assets' task); the tuned values
+    live in experiments. The constructors take theirs from the schema too."""
     from wmrl import schema as S
-    from wmrl.module import GRPOModule
-    from wmrl.rollout.datamodule import RolloutDataModule
 
     want = S.defaults(getattr(S, schema))
     got = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / f"{group}.yaml"))
     assert got == want
-    ctor = GRPOModule if schema == "AlgorithmSchema" else RolloutDataModule
-    params = inspect.signature(ctor).parameters
-    assert {k: params[k].default for k in want if k in params} == \
-        {k: v for k, v in want.items() if k in params}
+    if ctor is not None:
+        params = inspect.signature(get_object(ctor)).parameters
+        assert {k: params[k].default for k in want if k in params} == \
+            {k: v for k, v in want.items() if k in params}
 
 
-def test_out_of_range_env_settings_are_refused_and_default_from_the_schema():
-    import inspect
+@pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}))
+def test_target_constructors_default_from_their_schema(target):
+    """Each ``_target_`` with a schema takes its signature defaults from it (no second literal)."""
+    schema = next(s for (_, t), s in TARGET_SCHEMAS.items() if t == target)
+    params = inspect.signature(get_object(target)).parameters
+    assert {k: params[k].default for k in defaults(schema)} == defaults(schema)
 
-    from wmrl.envs.wan_env import WanWorldModelEnv
-    from wmrl.schema import WanEnvSchema, defaults
 
+@pytest.mark.parametrize("group", ["policy", "reward"])
+def test_target_group_files_state_every_schema_key_and_pass(group):
+    """Every shipped policy / reward file passes its schema and states each of its keys, so
+    ``policy.dtype=...`` overrides work without ``+`` (the values are the file's own: they
+    differ from file to file, the schema holds the constructors' defaults)."""
+    for path in sorted((Path(CONF_DIR) / group).glob("*.yaml")):
+        cfg = fit_cfg(f"{group}={path.stem}")
+        validate(cfg)
+        schema = TARGET_SCHEMAS[(group, cfg[group]._target_)]
+        assert set(defaults(schema)) <= set(cfg[group]), path.name
+
+
+@pytest.mark.parametrize("override, match", [
+    # the choices are the simulator's own (its task registry, its scene's cameras)
+    (["task.name=red_on_table"],
+     r"task.name='red_on_table' is not allowed: one of " + re.escape(str(list(TASK_NAMES)))),
+    (["task.camera=side"],
+     r"task.camera='side' is not allowed: one of " + re.escape(str(list(camera_names())))),
+    (["task.image_size=[64]"], r"task.image_size=\[64\] is not allowed: \[H, W\]: two positive"),
+    (["task.num_states=0"], r"task.num_states=0 is not allowed: must be > 0"),
+    # the task is checked first: the groups that interpolate it do not take the blame
+    (["task.max_episode_steps=sixty"], r"^task.max_episode_steps: Value 'sixty'"),
+    (["policy.dtype=int8"], r"policy.dtype: Invalid value 'int8', expected one of \[float32, "),
+    (["policy.attn_implementation=flash_attention_2"],
+     r"policy.attn_implementation: Invalid value 'flash_attention_2', expected one of "
+     r"\[eager, sdpa\]"),
+    (["policy.fused_ops=tpu"], r"policy.fused_ops='tpu' is not allowed: .*'cpu', 'cuda', 'npu'"),
+    (["reward.batch_size=0"], r"reward.batch_size=0 is not allowed: must be > 0"),
+    (["reward=resnet_task", "reward.round=maybe"],
+     r"reward.round: Value 'maybe' is not a valid bool"),
+    (["reward=topreward", "reward.threshold=1.5"],
+     r"reward.threshold=1.5 is not allowed: must be in \[0, 1\]"),
+    (["reward=topreward", "reward.window=0"], r"reward.window=0 is not allowed: must be > 0"),
+    (["reward=topreward", "reward.dtype=half"],
+     r"reward.dtype: Invalid value 'half', expected one of \[auto, "),
+])
+def test_bad_task_policy_reward_settings_are_refused(override, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(fit_cfg(*override))
+
+
+def test_task_policy_reward_bounds_are_allowed():
+    validate(fit_cfg("task.name=red_left", "task.camera=front", "task.image_size=[32,48]"))
+    validate(fit_cfg("policy.fused_ops=npu:0", "policy.dtype=bf16",
+                     "policy.attn_implementation=eager"))
+    validate(fit_cfg("reward=topreward", "reward.threshold=1.0", "reward.dtype=bfloat16"))
+
+
+def test_out_of_range_env_settings_are_refused():
     with pytest.raises(ConfigError, match=r"env.success_threshold=-0.1 is not allowed"):
         validate(fit_cfg("env.success_threshold=-0.1"))
     with pytest.raises(ConfigError, match=r"env.condition_frames=0 is not allowed"):
         validate(fit_cfg("env.condition_frames=0"))
     validate(fit_cfg("env.success_threshold=1.0"))  # the bounds are allowed
-    params = inspect.signature(WanWorldModelEnv).parameters
-    assert {k: params[k].default for k in defaults(WanEnvSchema)} == defaults(WanEnvSchema)
