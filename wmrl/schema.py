@@ -1,14 +1,19 @@
-"""Typed schemas of the fit config's groups (Hydra structured configs): types, choices and
-ranges, checked before Ray or any model starts.
+"""Typed schemas of the fit config's groups (Hydra structured configs): defaults, types,
+choices and ranges, checked before Ray or any model starts.
 
 ``check(cfg)`` merges each composed group into its dataclass with OmegaConf (types and
 choices: wrong type, unknown key, value outside an enum) and builds the dataclass
 (``__post_init__``: ranges). Every failure becomes one ``ConfigError`` line naming the full
-key, the value and what is allowed. The dataclasses are also in Hydra's ConfigStore
-(``schema/rollout``, ``schema/algorithm``, ``schema/checkpoint``) for projects that compose
-them themselves. Models (``policy``, ``env``, ``reward``) are ``_target_`` specs with their own
-keyword arguments: their keys are checked by the constructors, their paths by
-``wmrl.config.check_paths``.
+key, the value and what is allowed.
+
+- Plain groups (``SCHEMAS``: ``task``, ``rollout``, ``algorithm``, ``checkpoint``): every key is
+  checked; ``with_defaults`` fills what a config leaves out. Also in Hydra's ConfigStore
+  (``schema/<group>``) for projects that compose them themselves.
+- ``_target_`` specs (``TARGET_SCHEMAS``: ``policy``, ``env``, ``reward``): the scalar settings
+  of a known target (``build_policy``, ``WanWorldModelEnv``, the ResNet and TOPReward rewards);
+  other keys go to the constructor, paths and architectures to ``wmrl.config.check_paths``.
+
+The constructors take their signature defaults from here (``defaults(schema)``): one source.
 """
 
 from __future__ import annotations
