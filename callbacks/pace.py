@@ -279,7 +279,7 @@ class PaceCallback(L.Callback):
                 idx = idx.to(latents.device)
                 loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
                                            **self.loss_kwargs)
-                losses.append(T._optimizer_step(self.optimizer, loss, params))
+                losses.append(T.optimizer_step(self.optimizer, loss, params))
         finally:
             model.eval().requires_grad_(False)
         return losses
@@ -295,7 +295,7 @@ class PaceCallback(L.Callback):
         labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
         tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
         # the reward's own task -> embedding-row mapping (None for task-free rewards)
-        task_ids = self.reward._task_ids(tasks, len(tasks))
+        task_ids = self.reward.task_ids(tasks, len(tasks))
         pos = float(labels.sum())
         pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
         dev = next(net.parameters()).device
@@ -310,7 +310,7 @@ class PaceCallback(L.Callback):
                 t = None if task_ids is None else task_ids[idx].to(dev)
                 loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
                                                           pos_weight=pos_weight.to(dev))
-                losses.append(T._optimizer_step(self.reward_optimizer, loss, net.parameters()))
+                losses.append(T.optimizer_step(self.reward_optimizer, loss, net.parameters()))
         finally:
             net.eval().requires_grad_(False)
         return losses
