@@ -8,7 +8,8 @@ key, the value and what is allowed. The dataclasses are also in Hydra's ConfigSt
 (``schema/rollout``, ``schema/algorithm``, ``schema/checkpoint``) for projects that compose
 them themselves. Models (``policy``, ``env``, ``reward``) are ``_target_`` specs with their own
 keyword arguments: their keys are checked by the constructors, their paths by
-``wmrl.config.check_paths``.
+``wmrl.config.check_paths``; the scalar settings of a known ``_target_`` (``env``'s
+``WanWorldModelEnv``, ``pace``'s ``Pace``) have a schema too (``TARGET_SCHEMAS``).
 """
 
 from __future__ import annotations
@@ -189,10 +190,54 @@ class WanEnvSchema:
                  "score reaches it)")
 
 
+Scenes = _choices("Scenes", ("fixed", "random"))
+WorldModelDtype = _choices("WorldModelDtype", ("float32", "bfloat16", "float16"))
+
+
+@dataclass
+class PaceSchema:
+    """The scalar settings of ``pace`` (``wmrl.pipeline.pace.Pace``, whose constructor takes
+    its defaults from here; conf/pace/default.yaml explains each). The world-model, reward,
+    task and simulator settings are interpolated from their groups."""
+
+    every_n_steps: int = 5
+    episodes: int = 96
+    steps: int = 300
+    lr: float = 1e-4
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    temperature: float = 1.0
+    scenes: Scenes = Scenes["random"]
+    num_states: int = 256
+    post_success_steps: Optional[int] = 8
+    num_envs: int = 16
+    buffer_rounds: int = 4
+    context_noise_sigma: float = 0.1
+    foreground_weight: float = 0.0
+    gripper_event_weight: float = 1.0
+    eval_clips: int = 64
+    reward_steps: int = 0
+    reward_lr: float = 1e-4
+    reward_batch_size: int = 64
+    dtype: WorldModelDtype = WorldModelDtype["float32"]
+    device: Optional[str] = None
+    seed: int = 0
+    out_dir: Optional[str] = None
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        _positive("pace", self, "episodes", "lr", "batch_size", "temperature", "num_states",
+                  "num_envs", "buffer_rounds", "gripper_event_weight", "eval_clips",
+                  "reward_lr", "reward_batch_size")
+        _positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
+                  "context_noise_sigma", "foreground_weight", "reward_steps", allow_zero=True)
+
+
 SCHEMAS = {"rollout": RolloutSchema, "algorithm": AlgorithmSchema,
            "checkpoint": CheckpointSchema}
 # groups whose config is a ``_target_`` spec: the schema of the settings of a known target
-TARGET_SCHEMAS = {("env", "wmrl.envs.wan_env.WanWorldModelEnv"): WanEnvSchema}
+TARGET_SCHEMAS = {("env", "wmrl.envs.wan_env.WanWorldModelEnv"): WanEnvSchema,
+                  ("pace", "wmrl.pipeline.pace.Pace"): PaceSchema}
 
 _store = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
