@@ -17,7 +17,7 @@ signal, its csv log. Prints one line per run, then the mean +- standard error ov
   interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number
   tracks the world model running away from the simulator;
 * ``real_episodes``: the simulator episodes a run trained on (``pace/summary.json``, written
-  by ``PaceCallback``; 0 for a run without PACE): its simulator budget, to set beside the
+  by ``wmrl.pipeline.pace.Pace``; 0 for a run without PACE): its simulator budget, to set beside the
   oracle's (``experiment=sim_oracle``: every rollout is real).
 
 ``--against BASELINE_RUNS...`` compares two arms seed by seed: each run is paired with the

@@ -208,3 +208,39 @@ def test_out_of_range_env_settings_are_refused():
     with pytest.raises(ConfigError, match=r"env.condition_frames=0 is not allowed"):
         validate(fit_cfg("env.condition_frames=0"))
     validate(fit_cfg("env.success_threshold=1.0"))  # the bounds are allowed
+
+
+def test_out_of_range_pace_settings_are_refused_by_the_config_check():
+    with pytest.raises(ConfigError, match=r"pace.every_n_steps=-1 is not allowed: must be >= 0"):
+        validate(fit_cfg("experiment=pace", "pace.every_n_steps=-1"))
+    with pytest.raises(ConfigError,
+                       match=r"pace.scenes: Invalid value 'foo', expected one of \[fixed, random\]"):
+        validate(fit_cfg("experiment=pace", "pace.scenes=foo"))
+    with pytest.raises(ConfigError, match=r"pace.episodes=0 is not allowed: must be > 0"):
+        validate(fit_cfg("experiment=pace", "pace.episodes=0"))
+    validate(fit_cfg("experiment=pace", "pace.every_n_steps=0", "pace.scenes=fixed"))
+
+
+def test_pace_file_holds_the_schemas_defaults():
+    """conf/pace/default.yaml states every key of PaceSchema; its literal values are the
+    schema's defaults (the interpolated ones come from other groups), and Pace's constructor
+    takes its defaults from the schema."""
+    import inspect
+
+    from wmrl.pipeline.pace import Pace
+    from wmrl.schema import PaceSchema, WorldModelDtype, defaults
+    from wmrl.world_model.action_wan import _DTYPES
+
+    want = defaults(PaceSchema)
+    conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
+    assert set(want) <= set(conf)
+    interpolated = {k for k in want if OmegaConf.is_interpolation(conf, k)}
+    assert interpolated == {"num_states", "seed", "out_dir"}
+    assert {k: conf[k] for k in want if k not in interpolated} == \
+        {k: v for k, v in want.items() if k not in interpolated}
+    assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}
+    params = inspect.signature(Pace).parameters
+    assert {k: params[k].default for k in want} == want
+    assert {d.name for d in WorldModelDtype} == set(_DTYPES)
+    cfg = fit_cfg("experiment=pace")
+    assert cfg.pace.out_dir == "/tmp/wmrl-test/pace" and cfg.pace.num_states == 256

@@ -22,11 +22,12 @@ warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved
 
 
 def build_module(cfg: DictConfig) -> GRPOModule:
-    """``algorithm`` (its ``_target_``: ``wmrl.module.GRPOModule``) with the policy and the
-    rollout's group and temperature."""
+    """``algorithm`` (its ``_target_``: ``wmrl.module.GRPOModule``) with the policy, the
+    rollout's group and temperature, and PACE (``pace``, when chosen)."""
+    pace = None if cfg.get("pace") is None else to_container(cfg.pace)
     return build(cfg.algorithm, _recursive_=False, policy=to_container(cfg.policy),
                  group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
-                 seed=cfg.seed)
+                 seed=cfg.seed, pace=pace)
 
 
 def build_datamodule(cfg: DictConfig) -> RolloutDataModule:

@@ -107,7 +107,7 @@ class PolicyTrainer(Protocol):
 
     ``policy``: the trained ``Policy`` module; ``policy_version``: optimizer updates applied
     so far (= the version rollouts must carry); ``history``: one metrics dict per training
-    step of this run (``rollout/*``, ``train/*``, ``time/*``)."""
+    step of this run (``rollout/*``, ``train/*``, ``time/*``; with PACE on, ``pace/*``)."""
 
     policy: Any
     policy_version: int

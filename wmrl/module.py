@@ -9,9 +9,13 @@
    the rollout shares the trainer's card (collocated on an accelerator) the trainer's
    weights and optimizer state leave it meanwhile (``strategies.offload``);
 2. advantages + update (``update``), below;
-3. sync: version v+1 to the actors (``datamodule.sync_weights``).
+3. sync: version v+1 to the actors (``datamodule.sync_weights``);
+4. PACE (``pace``, off unless configured: ``wmrl.pipeline.pace.Pace``): after every
+   ``pace.every_n_steps``-th step the world model fine-tunes on real simulator episodes of
+   the policy v+1 and goes to the env actors, so the next rollout runs in it; the simulator
+   budget (``pace/*``) is logged every step. Its state is in the checkpoint (``"pace"``).
 
-No callback is needed for a correct step; callbacks add the optional extras (sim eval, PACE,
+No callback is needed for a correct step; callbacks add the optional extras (sim eval,
 tracing, checkpoints, step summaries).
 
 ``update``:
@@ -55,6 +59,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from functools import partial
 from typing import Any
 
 import lightning as L
@@ -87,6 +92,16 @@ def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str
         "wm/fragile_success": (success & ~resampled).sum().item() / n_ok if n_ok else 0.0,
         "wm/resample_success": resampled.float().mean().item(),
     }
+
+
+def pace_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The PACE state in ``checkpoint``: ``"pace"``, or in a checkpoint written when PACE was
+    a Lightning callback, its callback state (``checkpoint["callbacks"]["PaceCallback"]``);
+    None if it holds neither."""
+    if checkpoint.get("pace") is not None:
+        return checkpoint["pace"]
+    return next((v for k, v in (checkpoint.get("callbacks") or {}).items()
+                 if str(k).startswith("PaceCallback")), None)
 
 
 # the defaults are the typed schema's (wmrl/schema.py): one source, no second literal
@@ -134,9 +149,12 @@ class GRPOModule(L.LightningModule):
         seed: int = 0,
         max_nonfinite_steps: int = _ALGORITHM["max_nonfinite_steps"],
         kl_coef: float = _ALGORITHM["kl_coef"],
+        pace: dict | None = None,
     ):
         super().__init__()
         self.policy = build(policy)
+        # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
+        self.pace = None if pace is None else build(pace, _recursive_=False)
         if not kl_coef >= 0:
             raise ValueError(f"algorithm.kl_coef must be >= 0 (0: no KL penalty); got {kl_coef}")
         self.kl_coef = kl_coef
@@ -179,6 +197,9 @@ class GRPOModule(L.LightningModule):
             if isinstance(module, FSDPModule):
                 for method in ("log_probs", "sample"):
                     register_fsdp_forward_method(module, method)
+        if self.pace is not None and self._policy_sharded():
+            raise RuntimeError("pace: the policy is sharded (FSDP); PACE runs it whole on "
+                               "rank 0 - use a replicated strategy or switch pace off")
 
     def configure_optimizers(self) -> dict[str, Any]:
         opt = torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
@@ -228,9 +249,13 @@ class GRPOModule(L.LightningModule):
         # the actors start at the trainer's version: 0, or the restored one on resume
         self._offload_for_rollout = self.rollouts.shares_trainer_device()
         self.sync_policy()
+        if self.pace is not None:  # resumed: the env actors get the restored world model
+            self.pace.restore_actors(self.rollouts, self._weights_for_restarted_actor,
+                                     rank0=self.trainer.is_global_zero)
 
     def training_step(self, step: int) -> None:
-        """One RL step: rollout with version v -> score -> advantages -> update -> sync v+1."""
+        """One RL step: rollout with version v -> score -> advantages -> update -> sync v+1
+        [-> a PACE round]."""
         rollouts, t0 = self.rollouts, time.perf_counter()
         moved = self._offload("offload")  # a rollout on the trainer's card: our state leaves
         with Tracer.trace_span("trainer.rollout", version=self.policy_version):
@@ -246,6 +271,8 @@ class GRPOModule(L.LightningModule):
         t_train = time.perf_counter() - t0 - t_rollout
         self.policy_version += 1
         metrics["time/weight_sync_s"] = self.sync_policy()  # the next rollout's weights
+        if self.pace is not None:  # the next rollout's world model, every pace.every_n_steps
+            metrics.update(self._pace_step())
         metrics.update({"time/rollout_s": t_rollout, "time/train_s": t_train, **moved})
         metrics.update({f"time/{k}": v for k, v in rollouts.step_timing().items()})
         if "time/idle_s" in metrics and t_rollout + t_train > 0:
@@ -261,10 +288,30 @@ class GRPOModule(L.LightningModule):
         with Tracer.trace_span("trainer.weight_sync", version=self.policy_version):
             return self.rollouts.sync_weights(full_state_dict(self.policy), self.policy_version)
 
+    def _pace_step(self) -> dict[str, float]:
+        """A PACE round if one is due after this step (``trainer.global_step``: the steps
+        finished, this one included); the cumulative simulator budget, and the round's
+        metrics."""
+        trainer, step = self.trainer, self.trainer.global_step
+        metrics: dict[str, float] = {}
+        if self.pace.round_due(step, trainer.max_steps):
+            # several ranks: rank 0 trains, every rank pushes its weights to its own actors
+            broadcast = partial(trainer.strategy.broadcast, src=0) \
+                if trainer.world_size > 1 else None
+            with Tracer.trace_span("trainer.pace", version=self.policy_version):
+                metrics = self.pace.run_round(
+                    self.policy, self.rollouts, step, device=self.device,
+                    rank0=trainer.is_global_zero, broadcast=broadcast,
+                    policy_weights=self._weights_for_restarted_actor)
+        return {**self.pace.counts(), **metrics}
+
+    def _policy_sharded(self) -> bool:
+        return self.trainer.world_size > 1 and any(hasattr(p, "full_tensor")
+                                                   for p in self.policy.parameters())
+
     def _weights_for_restarted_actor(self) -> dict[str, torch.Tensor]:
         """The current weights for an actor Ray restarted mid-rollout (on this rank only)."""
-        if self.trainer.world_size > 1 and any(hasattr(p, "full_tensor")
-                                               for p in self.policy.parameters()):
+        if self._policy_sharded():
             raise RuntimeError(
                 "a rollout actor was restarted, but re-syncing sharded (FSDP) weights needs "
                 "every trainer rank: resume from <run_dir>/checkpoints/last.ckpt")
@@ -287,6 +334,8 @@ class GRPOModule(L.LightningModule):
     def on_train_end(self) -> None:
         # the model where the user expects it (checkpoints, evaluation)
         self._offload("onload")
+        if self.pace is not None and self.trainer.is_global_zero:
+            self.pace.finish()  # <pace.out_dir>/summary.json, the simulator budget
 
     @property
     def last_metrics(self) -> dict[str, float]:
@@ -496,7 +545,13 @@ class GRPOModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["policy_version"] = self.policy_version
         checkpoint["shuffle_rng"] = self.shuffle.get_state()
+        if self.pace is not None:
+            checkpoint["pace"] = self.pace.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.policy_version = int(checkpoint["policy_version"])
         self.shuffle.set_state(checkpoint["shuffle_rng"])
+        if self.pace is not None:
+            state = pace_state(checkpoint)
+            if state is not None:
+                self.pace.load_state_dict(state)

@@ -9,8 +9,8 @@ key, the value and what is allowed.
 - Plain groups (``SCHEMAS``: ``task``, ``rollout``, ``algorithm``, ``checkpoint``): every key is
   checked; ``with_defaults`` fills what a config leaves out. Also in Hydra's ConfigStore
   (``schema/<group>``) for projects that compose them themselves.
-- ``_target_`` specs (``TARGET_SCHEMAS``: ``policy``, ``env``, ``reward``): the scalar settings
-  of a known target (``build_policy``, ``WanWorldModelEnv``, the ResNet and TOPReward rewards);
+- ``_target_`` specs (``TARGET_SCHEMAS``: ``policy``, ``env``, ``reward``, ``pace``): the scalar settings
+  of a known target (``build_policy``, ``WanWorldModelEnv``, the ResNet and TOPReward rewards, ``Pace``);
   other keys go to the constructor, paths and architectures to ``wmrl.config.check_paths``.
 
 The constructors take their signature defaults from here (``defaults(schema)``): one source.
@@ -28,6 +28,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.errors import ConfigError
+from wmrl.sim import tabletop
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -209,8 +210,6 @@ class TaskSchema:
     unseen_eval_seed: int = 1
 
     def __post_init__(self) -> None:
-        from wmrl.sim import tabletop  # mujoco: imported only when a config is checked
-
         _require("task.name", self.name, self.name in tabletop.TASK_NAMES,
                  f"one of {list(tabletop.TASK_NAMES)} (wmrl.sim.tabletop.TASKS)")
         cameras = tabletop.camera_names()
@@ -298,6 +297,49 @@ class TOPRewardSchema:
                  "must be in [0, 1] (a frame succeeds when P(\" True\") reaches it)")
 
 
+Scenes = _choices("Scenes", ("fixed", "random"))
+WorldModelDtype = _choices("WorldModelDtype", ("float32", "bfloat16", "float16"))
+
+
+@dataclass
+class PaceSchema:
+    """The scalar settings of ``pace`` (``wmrl.pipeline.pace.Pace``, whose constructor takes
+    its defaults from here; conf/pace/default.yaml explains each). The world-model, reward,
+    task and simulator settings are interpolated from their groups."""
+
+    every_n_steps: int = 5
+    episodes: int = 96
+    steps: int = 300
+    lr: float = 1e-4
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    temperature: float = 1.0
+    scenes: Scenes = Scenes["random"]
+    num_states: int = 256
+    post_success_steps: Optional[int] = 8
+    num_envs: int = 16
+    buffer_rounds: int = 4
+    context_noise_sigma: float = 0.1
+    foreground_weight: float = 0.0
+    gripper_event_weight: float = 1.0
+    eval_clips: int = 64
+    reward_steps: int = 0
+    reward_lr: float = 1e-4
+    reward_batch_size: int = 64
+    dtype: WorldModelDtype = WorldModelDtype["float32"]
+    device: Optional[str] = None
+    seed: int = 0
+    out_dir: Optional[str] = None
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        _positive("pace", self, "episodes", "lr", "batch_size", "temperature", "num_states",
+                  "num_envs", "buffer_rounds", "gripper_event_weight", "eval_clips",
+                  "reward_lr", "reward_batch_size")
+        _positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
+                  "context_noise_sigma", "foreground_weight", "reward_steps", allow_zero=True)
+
+
 SCHEMAS = {"task": TaskSchema,  # first: the groups that interpolate it then name their own keys
            "rollout": RolloutSchema, "algorithm": AlgorithmSchema,
            "checkpoint": CheckpointSchema}
@@ -308,6 +350,7 @@ TARGET_SCHEMAS = {
     ("reward", "wmrl.rewards.resnet.ResNetSuccessReward"): ResNetRewardSchema,
     ("reward", "wmrl.rewards.resnet.TaskResNetSuccessReward"): TaskResNetRewardSchema,
     ("reward", "wmrl.rewards.topreward.TOPReward"): TOPRewardSchema,
+    ("pace", "wmrl.pipeline.pace.Pace"): PaceSchema,
 }
 
 _store = ConfigStore.instance()

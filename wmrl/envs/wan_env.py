@@ -510,7 +510,7 @@ class WanWorldModelEnv:
                                  version: int | None = None,
                                  reward_state_dict: dict[str, torch.Tensor] | None = None) -> int:
         """Copy new world-model weights into ``self.model`` in place (PACE: the world model
-        follows the policy, ``callbacks/pace.py``) and optionally new reward-model weights
+        follows the policy, ``wmrl/pipeline/pace.py``) and optionally new reward-model weights
         into the reward's network; returns the new ``world_model_version`` (``version``, or
         the old one + 1). ``state_dict`` must hold every transformer and action-module tensor
         (what a fine-tune trains); VAE tensors are optional. Tensors are cast to the model's

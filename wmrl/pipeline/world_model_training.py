@@ -172,7 +172,7 @@ def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 
             fg = ((x - bg).abs().amax(1, keepdim=True) > 0.1).float()
             w = 1.0 + foreground_weight * fg
             loss = (w * (d.abs() + d.pow(2))).mean() / w.mean() + kl_weight * kl
-        losses.append(_optimizer_step(opt, loss, vae.parameters()))
+        losses.append(optimizer_step(opt, loss, vae.parameters()))
         if _progress("vae", step, steps, losses, log_every, t0, max_seconds, log,
                      f"kl {float(kl):.2f} "):
             break
@@ -180,7 +180,8 @@ def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 
     return losses
 
 
-def _optimizer_step(opt, loss: torch.Tensor, params) -> float:
+def optimizer_step(opt, loss: torch.Tensor, params) -> float:
+    """One step of ``opt`` on ``loss`` (grad norm of ``params`` clipped to 1); the loss."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(list(params), 1.0)
@@ -280,7 +281,7 @@ def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: tor
         loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
                                    context_noise_sigma=context_noise_sigma,
                                    foreground_weight=foreground_weight)
-        losses.append(_optimizer_step(opt, loss, params))
+        losses.append(optimizer_step(opt, loss, params))
         if _progress("dit", step, steps, losses, log_every, t0, max_seconds, log):
             break
     model.eval().requires_grad_(False)

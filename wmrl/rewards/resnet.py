@@ -276,7 +276,9 @@ class ResNetSuccessReward(LazyRewardModel):
         self.config = {**self.config, **{k: v for k, v in ckpt_config.items()
                                          if k in REAL_CONFIG}}
 
-    def _task_ids(self, tasks: Sequence[str], batch: int) -> torch.Tensor | None:
+    def task_ids(self, tasks: Sequence[str], batch: int) -> torch.Tensor | None:
+        """The classifier's task input for ``batch`` task strings: the embedding row of each
+        (long [batch]), or None for a task-free classifier (this one)."""
         return None
 
     @torch.no_grad()
@@ -289,7 +291,7 @@ class ResNetSuccessReward(LazyRewardModel):
                              f"{tuple(frames.shape)}")
         b, c = frames.shape[:2]
         model = self.model
-        task_ids = self._task_ids(tasks or [], b)
+        task_ids = self.task_ids(tasks or [], b)
         flat = frames.reshape(b * c, *frames.shape[2:])
         frame_tasks = None if task_ids is None else task_ids.repeat_interleave(c)
         out = []
@@ -342,7 +344,7 @@ class TaskResNetSuccessReward(ResNetSuccessReward):
             raise ValueError(f"task {task!r} is not in reward.tasks ({len(self.tasks)} known: "
                              f"{self.tasks[:3]}...); add it to the reward config") from None
 
-    def _task_ids(self, tasks: Sequence[str], batch: int) -> torch.Tensor:
+    def task_ids(self, tasks: Sequence[str], batch: int) -> torch.Tensor:
         self.model  # noqa: B018 - builds the model, which may adopt the checkpoint's task list
         if len(tasks) != batch:
             raise ValueError(f"reward: got {len(tasks)} task strings for {batch} envs")

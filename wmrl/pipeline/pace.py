@@ -1,22 +1,25 @@
-"""``PaceCallback``: the world model follows the policy (WoVR's PACE).
+"""``Pace``: the world model follows the policy (WoVR's PACE), a part of the RL step.
 
-Every ``every_n_steps`` training steps the trainer's current policy runs ``episodes`` real
-episodes in the MuJoCo tabletop simulator; the callback's own copy of the world model
-(loaded from ``world_model``, the config the env actors load) fine-tunes its transformer +
-action modules on them for ``steps`` steps (flow matching, the VAE frozen; optionally the
-reward model too, ``reward_steps``); the new weights go to every env actor
+``GRPOModule`` holds one (config group ``pace``) and, after every ``every_n_steps``-th
+training step (``round_due``), runs a round (``run_round``): the trainer's current policy runs
+``episodes`` real episodes in the MuJoCo tabletop simulator; this object's own copy of the
+world model (loaded from ``world_model``, the config the env actors load) fine-tunes its
+transformer + action modules on them for ``steps`` steps (flow matching, the VAE frozen;
+optionally the reward model too, ``reward_steps``); the new weights go to every env actor
 (``RolloutDataModule.sync_world_model``, versioned like the policy's weights) and GRPO goes on
 in the updated world model. docs/pace.md.
 
-Budget: every real episode and control step is counted (``pace/real_episodes``,
+Budget: every real episode and control step is counted (``counts``: ``pace/real_episodes``,
 ``pace/real_steps``, cumulative, logged every training step) and written to
-``<out_dir>/summary.json`` at the end of the fit, so a run states the simulator interaction it
-used for training (sim-eval episodes score the policy; they are not counted here).
+``<out_dir>/summary.json`` at the end of the fit (``finish``), so a run states the simulator
+interaction it used for training (sim-eval episodes score the policy; they are not counted
+here). ``<out_dir>/history.jsonl``: one line per round.
 
 Processes: the episodes are collected and the world model trained in the trainer process of
-rank 0; with several ranks the new weights are broadcast (``trainer.strategy.broadcast``) and
-every rank pushes them to its own env actors, so all ranks roll out in the same world model.
-The policy must be whole on rank 0 (sharded FSDP policies are refused).
+rank 0; with several ranks the new weights go to every rank (``broadcast``, e.g. the
+strategy's) and every rank pushes them to its own env actors, so all ranks roll out in the
+same world model. The policy must be whole on rank 0 (``GRPOModule`` refuses sharded FSDP
+policies with PACE on).
 """
 
 from __future__ import annotations
@@ -25,27 +28,27 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from strategies import full_state_dict
 from wmrl.atomic import write_text
 from wmrl.config import build
 from wmrl.pipeline import world_model_training as T
 from wmrl.pipeline.dataset import Episode
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.rewards.resnet import training_input
+from wmrl.schema import PaceSchema, check_values, defaults
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 # what the fine-tune trains (train_transformer's parameters) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
-SCENES = ("fixed", "random")
+# the settings' defaults are the typed schema's (wmrl/schema.py): one source
+_SETTINGS = defaults(PaceSchema)
 
 
 def trained_state(model: ActionWanModel) -> dict[str, torch.Tensor]:
@@ -78,38 +81,45 @@ def _window_mean(xs: list[float], first: bool) -> float:
     return float(np.mean(w)) if w else float("nan")
 
 
-class PaceCallback(L.Callback):
-    """See the module docstring. Arguments (conf/pace/default.yaml explains each):
+class Pace:
+    """See the module docstring. Arguments (conf/pace/default.yaml explains each; the scalar
+    ones are ``wmrl.schema.PaceSchema``'s, checked by it, defaults from it):
     ``world_model``: the env's ``world_model`` config (``path`` or tiny sub-configs);
     ``tasks`` / ``num_states`` / ``sim_env``: the simulator task(s), its fixed initial states and
-    ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0).
+    ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0);
+    ``out_dir``: where ``history.jsonl`` and ``summary.json`` go (None: no files).
 
     ``history``: one dict per round. ``state_dict()`` holds the counts, the round index, the
     version and, after a round, the fine-tuned weights and optimizer state, so a resumed run
     continues them (the clip buffer is not saved: a resume starts it empty)."""
 
-    def __init__(self, world_model: dict, tasks: Sequence[str], every_n_steps: int = 10,
-                 episodes: int = 32, steps: int = 200, lr: float = 1e-4, batch_size: int = 32,
-                 weight_decay: float = 0.0, temperature: float = 1.0, scenes: str = "random",
-                 num_states: int = 256, post_success_steps: int | None = 8,
-                 num_envs: int = 16, sim_env: dict | None = None, buffer_rounds: int = 4,
-                 context_noise_sigma: float = 0.0, foreground_weight: float = 0.0,
-                 gripper_event_weight: float = 1.0, eval_clips: int = 64,
-                 reward_steps: int = 0, reward_lr: float = 1e-4, reward_batch_size: int = 64,
-                 reward: Any = None, dtype: str = "float32", device: str | None = None,
-                 seed: int = 0, out_dir: str | None = None, verbose: bool = True):
-        if every_n_steps < 0 or episodes < 1 or steps < 0 or batch_size < 1:
-            raise ValueError(f"pace: every_n_steps >= 0, episodes >= 1, steps >= 0 and "
-                             f"batch_size >= 1 needed; got {every_n_steps}, {episodes}, "
-                             f"{steps}, {batch_size}")
-        if scenes not in SCENES:
-            raise ValueError(f"pace.scenes={scenes!r}: choose one of {SCENES}")
+    def __init__(self, world_model: dict, tasks: Sequence[str],
+                 every_n_steps: int = _SETTINGS["every_n_steps"],
+                 episodes: int = _SETTINGS["episodes"], steps: int = _SETTINGS["steps"],
+                 lr: float = _SETTINGS["lr"], batch_size: int = _SETTINGS["batch_size"],
+                 weight_decay: float = _SETTINGS["weight_decay"],
+                 temperature: float = _SETTINGS["temperature"],
+                 scenes: str = _SETTINGS["scenes"], num_states: int = _SETTINGS["num_states"],
+                 post_success_steps: int | None = _SETTINGS["post_success_steps"],
+                 num_envs: int = _SETTINGS["num_envs"], sim_env: dict | None = None,
+                 buffer_rounds: int = _SETTINGS["buffer_rounds"],
+                 context_noise_sigma: float = _SETTINGS["context_noise_sigma"],
+                 foreground_weight: float = _SETTINGS["foreground_weight"],
+                 gripper_event_weight: float = _SETTINGS["gripper_event_weight"],
+                 eval_clips: int = _SETTINGS["eval_clips"],
+                 reward_steps: int = _SETTINGS["reward_steps"],
+                 reward_lr: float = _SETTINGS["reward_lr"],
+                 reward_batch_size: int = _SETTINGS["reward_batch_size"],
+                 reward: Any = None, dtype: str = _SETTINGS["dtype"],
+                 device: str | None = _SETTINGS["device"], seed: int = _SETTINGS["seed"],
+                 out_dir: str | None = _SETTINGS["out_dir"],
+                 verbose: bool = _SETTINGS["verbose"]):
+        # the schema's types, choices and ranges (the fit's config check runs them too)
+        check_values("pace", PaceSchema, {k: v for k, v in locals().items() if k in _SETTINGS})
         if not tasks:
             raise ValueError("pace.tasks is empty: name the simulator task(s)")
         if reward_steps > 0 and reward is None:
             raise ValueError("pace.reward_steps > 0 needs the reward config (pace.reward)")
-        if buffer_rounds < 1:
-            raise ValueError(f"pace.buffer_rounds must be >= 1, got {buffer_rounds}")
         self.world_model_cfg = dict(world_model, dtype=dtype)
         self.tasks = [task_by_name(t).name for t in tasks]
         self.every_n_steps, self.episodes, self.steps = every_n_steps, episodes, steps
@@ -125,7 +135,6 @@ class PaceCallback(L.Callback):
         self.gripper_event_weight = gripper_event_weight
         self.reward_steps, self.reward_lr = reward_steps, reward_lr
         self.reward_batch_size, self.reward_spec = reward_batch_size, reward
-        # (not ``self.log``: Lightning sets that to the module's ``log`` on every callback)
         self.device, self.seed, self.out_dir, self.verbose = device, seed, out_dir, verbose
         # bookkeeping (checkpointed)
         self.version = 0  # the world-model version the env actors hold (0 = as loaded)
@@ -256,7 +265,7 @@ class PaceCallback(L.Callback):
 
     def finetune(self, latents: torch.Tensor, actions: torch.Tensor,
                  round_index: int) -> list[float]:
-        """``steps`` AdamW steps (the callback's optimizer, kept across rounds) of
+        """``steps`` AdamW steps (this object's optimizer, kept across rounds) of
         ``ActionWanModel.training_loss`` on random clip batches, as ``T.train_transformer``
         does but at a constant ``lr``; returns the loss per step."""
         model = self.ensure_models()
@@ -279,7 +288,7 @@ class PaceCallback(L.Callback):
                 idx = idx.to(latents.device)
                 loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
                                            **self.loss_kwargs)
-                losses.append(T._optimizer_step(self.optimizer, loss, params))
+                losses.append(T.optimizer_step(self.optimizer, loss, params))
         finally:
             model.eval().requires_grad_(False)
         return losses
@@ -295,7 +304,7 @@ class PaceCallback(L.Callback):
         labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
         tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
         # the reward's own task -> embedding-row mapping (None for task-free rewards)
-        task_ids = self.reward._task_ids(tasks, len(tasks))
+        task_ids = self.reward.task_ids(tasks, len(tasks))
         pos = float(labels.sum())
         pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
         dev = next(net.parameters()).device
@@ -310,19 +319,23 @@ class PaceCallback(L.Callback):
                 t = None if task_ids is None else task_ids[idx].to(dev)
                 loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
                                                           pos_weight=pos_weight.to(dev))
-                losses.append(T._optimizer_step(self.reward_optimizer, loss, net.parameters()))
+                losses.append(T.optimizer_step(self.reward_optimizer, loss, net.parameters()))
         finally:
             net.eval().requires_grad_(False)
         return losses
 
-    def run_round(self, policy, datamodule=None, trainer: L.Trainer | None = None,
-                  step: int = 0, device: torch.device | str | None = None) -> dict[str, float]:
-        """One PACE round: collect (rank 0) -> fine-tune (rank 0) -> [broadcast] -> push to
-        ``datamodule``'s env actors (every rank). ``device``: where the world-model copy is
-        built (default ``self.device``, else the CPU). Returns the round's metrics."""
+    def run_round(self, policy, rollouts=None, step: int = 0,
+                  device: torch.device | str | None = None, rank0: bool = True,
+                  broadcast: Callable[[Any], Any] | None = None,
+                  policy_weights: Callable[[], dict] | None = None) -> dict[str, float]:
+        """One PACE round after training step ``step``: collect (rank 0) -> fine-tune (rank 0)
+        -> [``broadcast``] -> push to the env actors of ``rollouts`` (the rollout DataModule,
+        every rank). ``device``: where the world-model copy is built (default ``self.device``,
+        else the CPU); ``rank0``: whether this process is rank 0; ``broadcast(obj)``: rank 0's
+        ``obj`` on every rank (None: one process); ``policy_weights()``: the policy's weights,
+        for a collocated actor restarted meanwhile. Rank 0 appends the round to
+        ``history.jsonl`` and prints it. Returns the round's metrics (``pace/*``)."""
         t0 = time.perf_counter()
-        world = trainer.world_size if trainer is not None else 1
-        rank0 = trainer.is_global_zero if trainer is not None else True
         r = self.rounds
         row: dict[str, float] = {}
         state = reward_state = None
@@ -354,13 +367,12 @@ class PaceCallback(L.Callback):
                            reward_loss=_window_mean(reward_losses, False))
             self.losses, self.reward_losses = losses, reward_losses  # for tests / inspection
             state, reward_state = self.current_state()
-        if world > 1:  # every rank's env actors get rank 0's world model
-            row, state, reward_state = trainer.strategy.broadcast((row, state, reward_state),
-                                                                  src=0)
+        if broadcast is not None:  # every rank's env actors get rank 0's world model
+            row, state, reward_state = broadcast((row, state, reward_state))
             if not rank0:
                 self._received = (state, reward_state)
         version = self.version + 1
-        push_s = self.push(datamodule, version, state, reward_state, policy)
+        push_s = self.push(rollouts, version, state, reward_state, policy_weights)
         self.version = version
         self.rounds += 1
         self.real_episodes += int(row["episodes"])
@@ -373,22 +385,32 @@ class PaceCallback(L.Callback):
                "push_seconds": push_s, "seconds": seconds,
                "real_episodes_total": self.real_episodes, "real_steps_total": self.real_steps}
         self.history.append(row)
+        if rank0:
+            self._write_row(row)
+            self._say(f"[pace] step {step}: round {r} -> world model v{version}: "
+                      f"{row['episodes']} real episodes ({row['steps']} steps, success "
+                      f"{row['successes']}/{row['episodes']}), loss on them "
+                      f"{row['wm_loss_before']:.4f} -> {row['wm_loss_after']:.4f}, "
+                      f"{row['seconds']:.0f} s | total {self.real_episodes} episodes / "
+                      f"{self.real_steps} steps")
         return self.round_metrics(row)
 
-    def push(self, datamodule, version: int, state: dict | None = None,
-             reward_state: dict | None = None, policy: Any = None) -> float:
+    def push(self, rollouts, version: int, state: dict | None = None,
+             reward_state: dict | None = None,
+             policy_weights: Callable[[], dict] | None = None) -> float:
         """The trained weights (default: the copy's current ones) to every env actor of
-        ``datamodule`` as ``version``; seconds (0 without a datamodule). ``policy``: the
-        trainer's, re-sent to a collocated actor that Ray restarted meanwhile."""
-        if datamodule is None:
+        ``rollouts`` as ``version``; seconds (0 without a DataModule). ``policy_weights()``:
+        the trainer's policy weights, re-sent to a collocated actor that Ray restarted
+        meanwhile."""
+        if rollouts is None:
             return 0.0
-        if not hasattr(datamodule, "sync_world_model"):
-            raise TypeError(f"pace: {type(datamodule).__name__} has no sync_world_model: "
+        if not hasattr(rollouts, "sync_world_model"):
+            raise TypeError(f"pace: {type(rollouts).__name__} has no sync_world_model: "
                             "PACE needs the RolloutDataModule")
         if state is None:
             state, reward_state = self.current_state()
-        weights = None if policy is None else (lambda: full_state_dict(policy))
-        return datamodule.sync_world_model(state, version, reward_state, policy_weights=weights)
+        return rollouts.sync_world_model(state, version, reward_state,
+                                         policy_weights=policy_weights)
 
     def round_metrics(self, row: dict) -> dict[str, float]:
         out = {"pace/finetune_loss": row["finetune_loss"],
@@ -417,19 +439,7 @@ class PaceCallback(L.Callback):
                 "finetune_steps_per_round": self.steps, "scenes": self.scenes,
                 "tasks": self.tasks}
 
-    # ---- hooks -------------------------------------------------------------------------
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.world_size > 1 and any(hasattr(p, "full_tensor")
-                                          for p in pl_module.policy.parameters()):
-            raise RuntimeError("pace: the policy is sharded (FSDP); PACE runs it whole on "
-                               "rank 0 - use a replicated strategy or switch pace off")
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.version > 0:  # resumed: the actors loaded the original world model
-            self.push(trainer.datamodule, self.version, policy=pl_module.policy)
-            self._say(trainer, f"[pace] resumed at world-model version {self.version} "
-                      f"({self.real_episodes} real episodes so far); pushed to the env actors")
-
+    # ---- the run -----------------------------------------------------------------------
     def round_due(self, step: int, max_steps: int = -1) -> bool:
         """A round after every ``every_n_steps``-th step, except after the run's last step:
         no rollout would use its world model, so its real episodes would be spent for nothing
@@ -438,34 +448,27 @@ class PaceCallback(L.Callback):
         return bool(self.every_n_steps) and step > 0 and step % self.every_n_steps == 0 \
             and step != self.last_round_step and not last
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        metrics: dict[str, float] = {}
-        dm = trainer.datamodule
-        if self.round_due(step, trainer.max_steps):
-            metrics = self.run_round(pl_module.policy, dm, trainer, step, pl_module.device)
-            row = self.history[-1]
-            if trainer.is_global_zero:
-                self._write_row(trainer, row)
-                self._say(trainer, f"[pace] step {step}: round {row['round']} -> world model "
-                          f"v{row['version']}: {row['episodes']} real episodes "
-                          f"({row['steps']} steps, success {row['successes']}/"
-                          f"{row['episodes']}), loss on them {row['wm_loss_before']:.4f} -> "
-                          f"{row['wm_loss_after']:.4f}, {row['seconds']:.0f} s | total "
-                          f"{self.real_episodes} episodes / {self.real_steps} steps")
-        pl_module.log_dict({**self.counts(), **metrics}, on_step=True, batch_size=1)
+    def restore_actors(self, rollouts, policy_weights: Callable[[], dict] | None = None,
+                       rank0: bool = True) -> None:
+        """At the start of a resumed run (version > 0; else nothing): the env actors, built
+        from the config's world model, get the restored version."""
+        if self.version > 0:
+            self.push(rollouts, self.version, policy_weights=policy_weights)
+            if rank0:
+                self._say(f"[pace] resumed at world-model version {self.version} "
+                          f"({self.real_episodes} real episodes so far); pushed to the env "
+                          "actors")
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.is_global_zero:
-            return
+    def finish(self) -> dict[str, Any]:
+        """The end of the fit (rank 0): ``summary.json`` and the one-line budget."""
         s = self.summary()
-        out = self._out(trainer)
-        os.makedirs(out, exist_ok=True)
-        write_text(os.path.join(out, "summary.json"), json.dumps(s, indent=2))
-        self._say(trainer, f"[pace] simulator budget: {s['real_episodes']} real episodes, "
+        if self.out_dir:
+            os.makedirs(self.out_dir, exist_ok=True)
+            write_text(os.path.join(self.out_dir, "summary.json"), json.dumps(s, indent=2))
+        self._say(f"[pace] simulator budget: {s['real_episodes']} real episodes, "
                   f"{s['real_steps']} control steps in {s['rounds']} rounds (world model "
                   f"v{s['world_model_version']}, {s['seconds']:.0f} s)")
+        return s
 
     # ---- checkpoint --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -503,17 +506,15 @@ class PaceCallback(L.Callback):
             self._apply_pending(sd)
 
     # ---- output ------------------------------------------------------------------------
-    def _out(self, trainer: L.Trainer) -> str:
-        return self.out_dir or os.path.join(trainer.default_root_dir, "pace")
-
-    def _write_row(self, trainer: L.Trainer, row: dict) -> None:
-        out = self._out(trainer)
-        os.makedirs(out, exist_ok=True)
+    def _write_row(self, row: dict) -> None:
+        if not self.out_dir:
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                  for k, v in row.items()}
-        with open(os.path.join(out, "history.jsonl"), "a") as f:
+        with open(os.path.join(self.out_dir, "history.jsonl"), "a") as f:
             f.write(json.dumps(clean) + "\n")
 
-    def _say(self, trainer: L.Trainer, msg: str) -> None:
-        if self.verbose and trainer.is_global_zero:
+    def _say(self, msg: str) -> None:
+        if self.verbose:
             print(msg, flush=True)
