@@ -16,41 +16,59 @@
 
 Install on its own with ``pip install ./strategies`` (distribution ``wmrl-strategies``); the
 runnable example is in ``strategies/README.md``.
+
+The names load on first use (PEP 562), so a process that needs only ``strategies.devices`` or
+``strategies.fused`` (a rollout worker) does not import Lightning. ``Trainer(accelerator="npu"
+| "musa")`` resolves once Lightning and ``strategies`` are both imported (in either order:
+``import strategies`` registers them when Lightning is already loaded, any of the Lightning
+classes here registers them on first use) or after ``register_accelerators()``.
 """
 
-from strategies.accelerators import MUSAAccelerator, NPUAccelerator, register_accelerators
-from strategies.checkpoint import full_state_dict, load_full_checkpoint, load_full_state_dict
-from strategies.fused import FusedOpsReport, apply_fused_ops, remove_fused_ops
-from strategies.hybrid_shard import HybridShardStrategy
-from strategies.offload import MoveStats, offload, onload
-from strategies.precision import (
-    DeviceMixedPrecision,
-    param_dtype_for_precision,
-    precision_for_device,
-)
-from strategies.sharding import apply_fully_shard, build_mesh, clip_grad_norm_, grad_norm
+import importlib
+import sys
 
-register_accelerators()
+# name -> submodule that defines it
+_EXPORTS = {
+    "DeviceMixedPrecision": "precision",
+    "FusedOpsReport": "fused",
+    "HybridShardStrategy": "hybrid_shard",
+    "MUSAAccelerator": "accelerators",
+    "MoveStats": "offload",
+    "NPUAccelerator": "accelerators",
+    "apply_fully_shard": "sharding",
+    "apply_fused_ops": "fused",
+    "build_mesh": "sharding",
+    "clip_grad_norm_": "sharding",
+    "grad_norm": "sharding",
+    "load_full_checkpoint": "checkpoint",
+    "full_state_dict": "checkpoint",
+    "load_full_state_dict": "checkpoint",
+    "offload": "offload",
+    "onload": "offload",
+    "param_dtype_for_precision": "precision",
+    "precision_for_device": "precision",
+    "register_accelerators": "accelerators",
+    "remove_fused_ops": "fused",
+}
+# the submodules that import Lightning: loading one registers the accelerators too
+_LIGHTNING = ("accelerators", "hybrid_shard", "precision", "checkpoint")
 
-__all__ = [
-    "DeviceMixedPrecision",
-    "FusedOpsReport",
-    "HybridShardStrategy",
-    "MUSAAccelerator",
-    "MoveStats",
-    "NPUAccelerator",
-    "apply_fully_shard",
-    "apply_fused_ops",
-    "build_mesh",
-    "clip_grad_norm_",
-    "grad_norm",
-    "load_full_checkpoint",
-    "full_state_dict",
-    "load_full_state_dict",
-    "offload",
-    "onload",
-    "param_dtype_for_precision",
-    "precision_for_device",
-    "register_accelerators",
-    "remove_fused_ops",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'strategies' has no attribute {name!r}")
+    if _EXPORTS[name] in _LIGHTNING:
+        importlib.import_module("strategies.accelerators").register_accelerators()
+    value = getattr(importlib.import_module(f"strategies.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if "lightning" in sys.modules or "lightning.pytorch" in sys.modules:
+    __getattr__("register_accelerators")()

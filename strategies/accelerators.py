@@ -102,3 +102,6 @@ def register_accelerators() -> None:
     for cls in (NPUAccelerator, MUSAAccelerator):
         if cls.device_type not in AcceleratorRegistry:
             cls.register_accelerators(AcceleratorRegistry)
+
+
+register_accelerators()  # loading this module (Lightning is loaded by then) registers them

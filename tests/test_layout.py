@@ -54,3 +54,27 @@ def test_tests_mirror_the_package():
     folders = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
     packages = {p.name for p in (ROOT / "wmrl").iterdir() if (p / "__init__.py").exists()}
     assert folders and folders <= packages | {"strategies", "callbacks"}, folders - packages
+
+
+ACTOR_IMPORTS = """
+import sys
+import wmrl.rollout.workers, wmrl.policies.openvla_oft, wmrl.envs.wan_env, wmrl.rewards.resnet
+import strategies.fused, strategies.devices
+print(sorted(m for m in ('lightning', 'torchmetrics') if m in sys.modules))
+from lightning.pytorch.accelerators import AcceleratorRegistry
+print('npu' in AcceleratorRegistry)
+strategies.HybridShardStrategy  # a Lightning class of strategies registers npu / musa
+print('npu' in AcceleratorRegistry, 'musa' in AcceleratorRegistry)
+"""
+
+
+def test_a_rollout_worker_imports_no_lightning_and_strategies_still_registers():
+    """What a rollout actor imports (worker, policy, world-model env, reward) loads no Lightning
+    (~3 s of every actor start); ``strategies`` still registers its accelerators once a
+    Lightning class of it is used."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", ACTOR_IMPORTS], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split("\n")
+    assert out[:3] == ["[]", "False", "True True"]

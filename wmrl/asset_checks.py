@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.accelerators import AcceleratorRegistry
 from omegaconf import DictConfig, OmegaConf
 from safetensors import safe_open
 
-import strategies  # noqa: F401 - registers the npu / musa accelerators with Lightning
 from wmrl.envs.initial_states import FORMAT, TASKS, TENSORS
 from wmrl.errors import ConfigError
 from wmrl.policies import action_tokenizer as at
@@ -350,6 +348,13 @@ def check_accelerator(cfg: DictConfig) -> None:
     name = trainer.get("accelerator", "auto")
     if not isinstance(name, str) or name == "auto":
         return
+    # Lightning here, not at the top: this module is imported by rollout workers, which don't
+    # need it (strategies/__init__.py)
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    from strategies import register_accelerators
+
+    register_accelerators()
     known = AcceleratorRegistry.available_accelerators()
     family = [n for n in (("cuda", "mps") if name == "gpu" else (name,)) if n in known]
     if not family:

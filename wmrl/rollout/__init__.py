@@ -1,5 +1,3 @@
-"""Rollouts on Ray: the DataModule, the episode engine, the actors and weight sync."""
-
-from wmrl.rollout.datamodule import RolloutDataModule
-
-__all__ = ["RolloutDataModule"]
+"""Rollouts on Ray: the DataModule (``wmrl.rollout.datamodule``), the episode engine, the
+actors and weight sync. Nothing is imported here: the actors import the worker modules and need
+no Lightning."""
