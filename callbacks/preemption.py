@@ -24,7 +24,8 @@ class StepCheckpoint(ModelCheckpoint):
     then "the newest k", and it writes the new file before deleting the one that fell out,
     so a good checkpoint is on disk at every instant (each write is atomic:
     ``AtomicCheckpointIO``). ``keep_last``: step files kept beside ``last.ckpt`` (0: only
-    ``last.ckpt``; -1: all).
+    ``last.ckpt``; -1: all). ``last.ckpt`` always ends as the run's last step, also when
+    ``every_n_steps`` does not divide it.
 
     Preemption: Lightning's SIGTERM handler only sets ``trainer.received_sigterm``; the loop
     finishes the step in progress and raises ``SIGTERMException`` after it, which reaches
@@ -45,6 +46,7 @@ class StepCheckpoint(ModelCheckpoint):
                          monitor="step", mode="max", save_top_k=keep_last, save_last=True,
                          every_n_train_steps=every_n_steps)
         self.run_dir = os.path.abspath(run_dir)
+        self.every_n_steps = every_n_steps
         self._outer_sigterm = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -56,6 +58,13 @@ class StepCheckpoint(ModelCheckpoint):
         if self._outer_sigterm is not None:  # after Lightning restored its SIG_DFL
             signal.signal(signal.SIGTERM, self._outer_sigterm)
             self._outer_sigterm = None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning saves every N steps only: a run whose last step is not a multiple of N
+        # would otherwise end with the last.ckpt of an earlier step
+        if trainer.global_step % self.every_n_steps:
+            self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
+            trainer.save_checkpoint(self.last_model_path)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
                      exception: BaseException) -> None:

@@ -75,9 +75,19 @@ class WorkerProbe(L.Callback):
         self.state = ray.get(worker.get_state.remote())
 
 
-def test_fit_runs_syncs_weights_and_resumes(tmp_path, ray_local):
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory, ray_local):
+    """One 3-step toy fit, traced, with the worker probed at the end: (trainer, module, probe,
+    run dir). Its resume is tests/test_resume.py's."""
+    run_dir = tmp_path_factory.mktemp("three_steps")
     probe = WorkerProbe()
-    trainer, module = fit(toy_cfg(tmp_path), extra_callbacks=[probe])
+    trainer, module = fit(toy_cfg(run_dir, **{"tracing": {"enabled": True}}),
+                          extra_callbacks=[probe])
+    return trainer, module, probe, run_dir
+
+
+def test_fit_runs_and_syncs_weights(three_steps):
+    trainer, module, probe, tmp_path = three_steps
     assert trainer.global_step == 3 and module.policy_version == 3
     # the rollout worker holds version 3 and exactly the trainer's final weights
     assert probe.version == 3
@@ -99,12 +109,6 @@ def test_fit_runs_syncs_weights_and_resumes(tmp_path, ray_local):
     metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text()
     assert "rollout/success" in metrics and "train/clip_fraction" in metrics
 
-    # resume: continues from step 3 to 5 with the restored weights and version
-    trainer2, module2 = fit(toy_cfg(tmp_path / "b", ckpt_path=ckpt,
-                                    **{"trainer.max_steps": 5}))
-    assert trainer2.global_step == 5 and module2.policy_version == 5
-    assert trainer2.datamodule.rollout_step == 5  # 3 restored + 2 new batches
-
 
 def test_grpo_raises_success_on_reach(tmp_path, ray_local):
     """Random policy succeeds ~30%; GRPO must push it well above that."""
@@ -123,11 +127,10 @@ def test_batch_without_informative_group_counts_a_step_but_keeps_weights(tmp_pat
     assert module.policy.bias.abs().sum() == 0 and module.policy.proj.weight.abs().sum() == 0
 
 
-def test_tracing_merges_trainer_and_actor_spans(tmp_path, ray_local):
+def test_tracing_merges_trainer_and_actor_spans(three_steps):
     import json
 
-    cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "tracing": {"enabled": True}})
-    fit(cfg)
+    tmp_path = three_steps[3]
     trace = json.loads((tmp_path / "trace" / "trace.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in trace if e.get("name") == "process_name"}
     assert {"trainer-0", "env-0", "env-1", "policy-0"} <= names
@@ -136,8 +139,8 @@ def test_tracing_merges_trainer_and_actor_spans(tmp_path, ray_local):
     for e in spans:
         by_name.setdefault(e["name"], []).append(e)
     waits, updates = by_name["trainer.rollout"], by_name["trainer.update"]
-    assert len(waits) == 2 and len(updates) == 2
-    assert len(by_name["env.chunk_step"]) == 2 * 2 * 2  # steps x env actors x chunks
+    assert len(waits) == 3 and len(updates) == 3
+    assert len(by_name["env.chunk_step"]) == 3 * 2 * 2  # steps x env actors x chunks
     # every env step and sample of step 1 lies inside the trainer's wait for that rollout,
     # and the update starts after the wait ends
     first = waits[0]
