@@ -104,19 +104,6 @@ def test_a_checkpoint_of_another_policy_config_is_named(tmp_path):
     assert cfg.policy.unnorm_key == "tabletop"
 
 
-@pytest.mark.slow
-def test_fit_script_exits_2_with_one_line_and_no_traceback():
-    env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    env.pop("WMRL_FULL_ERROR", None)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fit.py"),
-                           "rollout.group_size=1", "rollout.num_envs=8"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert lines[-1].startswith("config error: rollout.group_size=1 is not allowed"), lines
-    assert "Traceback" not in proc.stderr and "ray" not in proc.stdout.lower()
-
-
 # damaged copies of the shipped assets (wmrl.asset_checks): name -> (make(tmp_path) ->
 # (overrides, the line's start)); refused before Ray or any model starts, headers only
 def _policy(tmp_path, damage):
@@ -182,12 +169,15 @@ def test_a_damaged_asset_is_refused_in_one_line(tmp_path, name):
     assert line.startswith(start), line
 
 
+FIT_SCRIPT = os.path.join(ROOT, "scripts", "fit.py")
+
+
 def run_fit(*overrides: str) -> tuple[subprocess.CompletedProcess, float]:
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
     env.pop("WMRL_FULL_ERROR", None)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fit.py"), "logger=csv",
-                           *overrides], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, FIT_SCRIPT, "logger=csv", *overrides],
+                          capture_output=True, text=True, env=env, timeout=300)
     return proc, time.monotonic() - start
 
 
@@ -202,24 +192,69 @@ def one_config_error(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["policy config.json hidden_size",
-                                  "world-model transformer truncated"])
-def test_fit_script_refuses_a_damaged_asset_at_startup(tmp_path, name):
-    """Exit 2 and the one line before Ray or any model starts: about the script's start-up
-    (imports, Hydra) plus header reads, where the loads used to fail 20-95 s in, from inside
-    a Ray actor, through Hydra's instantiate wrapper. Two cases end to end (each starts a
-    Python and Hydra); every case of DAMAGED is refused in process above."""
-    overrides, start = DAMAGED[name](tmp_path)
-    proc, seconds = run_fit(*overrides)
+def test_fit_script_exits_2_with_one_line_at_startup(tmp_path):
+    """The script as a program: a fresh Python, its imports, Hydra, the header reads of a
+    damaged asset, then exit 2 and the one line before Ray or any model starts - where the
+    loads used to fail 20-95 s in, from inside a Ray actor, through Hydra's instantiate
+    wrapper. One case end to end (each starts a Python); the other cases run the same script
+    in this process below, and every case of DAMAGED is refused in process above."""
+    overrides, start = DAMAGED["world-model transformer truncated"](tmp_path)
+    proc, seconds = run_fit(f"hydra.run.dir={tmp_path / 'run'}", *overrides)
     assert one_config_error(proc).startswith(start)
     assert seconds < 60, seconds
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
-def test_fit_script_refuses_an_absent_accelerator():
-    proc, seconds = run_fit("trainer.accelerator=cuda")
-    assert one_config_error(proc).startswith(
+def run_fit_in_process(monkeypatch, capfd, tmp_path, *overrides: str):
+    """``python scripts/fit.py logger=csv <overrides>`` in this process: the script's own
+    ``__main__`` (``hydra.main``, its ``except ConfigError``, ``sys.exit``), Hydra's outputs
+    in ``tmp_path``. What comes after the checks (the policy, the trainer that starts Ray, a
+    Ray of its own) fails the test if reached, so a refusal shows it came first. Returns
+    (exit code, stdout, stderr)."""
+    import runpy
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    import wmrl.fit
+
+    def started(*args, **kwargs):
+        raise AssertionError("got past the checks: a model, the trainer or Ray started")
+
+    for name in ("build_module", "build_trainer"):
+        monkeypatch.setattr(wmrl.fit, name, started)
+    monkeypatch.setattr("ray.init", started)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    monkeypatch.delenv("WMRL_FULL_ERROR", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the repo root first
+    monkeypatch.setattr(sys, "argv", [
+        FIT_SCRIPT, "logger=csv", *overrides, f"hydra.run.dir={tmp_path / 'run'}",
+        "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"])
+    capfd.readouterr()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            runpy.run_path(FIT_SCRIPT, run_name="__main__")
+    finally:  # Hydra's globals, as a fresh process would leave the next test
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None
+    out = capfd.readouterr()
+    return exit_.value.code, out.out, out.err
+
+
+# the same contract in this process: a plain config error, a damaged asset, no accelerator
+IN_PROCESS = {
+    "group_size=1": lambda t: (["rollout.group_size=1", "rollout.num_envs=8"],
+                               "rollout.group_size=1 is not allowed: GRPO needs a group of >= 2"),
+    "policy config.json hidden_size": DAMAGED["policy config.json hidden_size"],
+    "absent accelerator": lambda t: (["trainer.accelerator=cuda"], (
         "trainer.accelerator=cuda: this machine has no cuda device (Lightning: "
-        "CUDAAccelerator not available)")
-    assert seconds < 60, seconds
+        "CUDAAccelerator not available)")),
+}
+CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[CUDA] if "accelerator" in n else [])
+                                  for n in sorted(IN_PROCESS)])
+def test_fit_script_exits_2_with_one_line(tmp_path, monkeypatch, capfd, name):
+    overrides, start = IN_PROCESS[name](tmp_path)
+    code, out, err = run_fit_in_process(monkeypatch, capfd, tmp_path, *overrides)
+    assert one_config_error(subprocess.CompletedProcess([], code, out, err)).startswith(start)
