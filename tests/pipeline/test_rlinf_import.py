@@ -157,17 +157,25 @@ def test_other_files_are_refused_by_name(tmp_path):
         import_dit([tmp_path / "m.safetensors"], tmp_path / "out")  # dim 32: no 128-wide heads
 
 
-def test_cli_prints_one_json_line_and_refuses_with_exit_2(tmp_path):
+def test_cli_prints_one_json_line_and_refuses_with_exit_2(tmp_path, monkeypatch, capsys):
+    """The import through the script's ``__main__`` in this process (exit 0, one JSON line);
+    a refusal as a program of its own: a fresh Python, exit 2, the reason on stderr."""
+    import runpy
+
+    script = str(ROOT / "scripts/import_rlinf.py")
     save_file(release_dit(), str(tmp_path / "model-00001.safetensors"))
-    cmd = [sys.executable, str(ROOT / "scripts/import_rlinf.py"), "--dit",
-           str(tmp_path / "model-00001.safetensors"), "--out", str(tmp_path / "wm"),
-           "--num-heads", str(HEADS), "--text-dim", "8"]
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout.strip().splitlines()[-1])["action"]["num_text_tokens"] == 0
-    run = subprocess.run(cmd[:3] + [str(tmp_path / "missing.safetensors")] + cmd[4:],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert run.returncode == 2 and "no such file" in run.stderr
+    cmd = [script, "--dit", str(tmp_path / "model-00001.safetensors"), "--out",
+           str(tmp_path / "wm"), "--num-heads", str(HEADS), "--text-dim", "8"]
+    monkeypatch.setattr(sys, "argv", cmd)
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(script, run_name="__main__")
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and len(out.strip().splitlines()) == 1, out
+    assert json.loads(out)["action"]["num_text_tokens"] == 0
+    assert (tmp_path / "wm" / "action" / "config.json").is_file()
+    run = subprocess.run([sys.executable, *cmd[:2], str(tmp_path / "missing.safetensors"),
+                          *cmd[3:]], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2 and "no such file" in run.stderr and not run.stdout
 
 
 def test_the_5b_release_key_table_is_the_forks_registered_model_and_plans(tmp_path):
