@@ -58,6 +58,16 @@ def tiny_world_model() -> ActionWanModel:
         "action": {"action_dim": 7, "actions_per_latent": 4, "num_text_tokens": 1}})
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread in this process (the fine-tunes, the fit's trainer): at these sizes a
+    second thread only waits for the first, ~10x slower on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("pace")
