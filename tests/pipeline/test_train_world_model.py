@@ -20,6 +20,16 @@ from wmrl.pipeline.reward_data import reward_frames_from_trajectories
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread (as the script's ``threads=1``): at these sizes a second thread only
+    waits for the first, ~10x slower on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_psnr_ssim_hand_checked():
     x = torch.full((2, 3, 16, 16), 0.5)
     y = torch.full((2, 3, 16, 16), 0.6)  # MSE 0.01 -> 10 log10(1 / 0.01) = 20 dB
@@ -120,7 +130,7 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
                tasks=["red_on_plate"])
     cfg["model"].update(height=32, width=32)  # the shipped VAE layout, a 1-layer 16-wide DiT
     cfg["model"]["transformer"].update(attention_head_dim=8, ffn_dim=16, num_layers=1)
-    cfg["vae_train"].update(steps=20, batch_size=2, lr=3e-3, log_every=0)
+    cfg["vae_train"].update(steps=10, batch_size=2, lr=3e-3, log_every=0)
     cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup=2, log_every=0,
                                     foreground_weight=1.0, gripper_event_weight=2.0)
     cfg["eval"].update(max_clips=4, reward_checkpoint=str(reward_dir), replay_episodes=3,

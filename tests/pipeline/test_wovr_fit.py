@@ -18,6 +18,19 @@ from wmrl.pipeline.rlinf_import import import_dit, import_reset_data, import_vae
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread for the trainer in this process (its actors have theirs:
+    rollout.worker_threads=1): a second one only waits for the first on a shared 2-core
+    machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 TINY = [  # sizes only: the recipe (rewards, filter, threshold, KIR, clip, lr ...) stays
     "policy=openvla_oft_tiny", "reward.checkpoint=null", "reward.config.widths=[8,16,32,64]",
     "reward.config.image_size=[32,32]", "env.world_model.height=32", "env.world_model.width=32",
