@@ -1,6 +1,6 @@
 """HybridShardStrategy on 4 CPU processes (real gloo groups) simulating 2 nodes x 2 devices:
-mesh [[0, 1], [2, 3]]. One spawn runs every multi-process check; a single-process reference
-(same data, same init) runs in the test process."""
+mesh [[0, 1], [2, 3]]. One start of 4 processes runs every multi-process check; a
+single-process reference (same data, same init) runs in the test process."""
 
 from __future__ import annotations
 
@@ -180,10 +180,15 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
+    """The 4 processes are forked from this one with Lightning already imported: 4 spawned
+    interpreters would each import torch and Lightning again (~10 s of CPU apiece, on 2
+    cores). Each sets its own thread count, environment and process group."""
+    import lightning.pytorch  # noqa: F401  imported once, here; the forks inherit it
     import torch.multiprocessing as mp
 
     out = tmp_path_factory.mktemp("hsdp")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True,
+                       start_method="fork")
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)], out
 
 
