@@ -1,4 +1,5 @@
-"""Run by test_grpo_sharded.py as a script: Lightning re-launches it once per rank."""
+"""Run by test_grpo_sharded.py as a script, once per rank (LOCAL_RANK, WORLD_SIZE, MASTER_PORT
+in the environment, as a cluster launcher sets them)."""
 
 import json
 import os
@@ -30,7 +31,12 @@ def main(out_dir: str) -> None:
         "_target_": "strategies.HybridShardStrategy", "shard_size": "world",
         "param_dtype": None, "reduce_dtype": None, "sync_module_states": True,
     })
-    cfg.rollout.worker_cpus = 0.25  # 2 ranks x 3 actors on a 2-CPU Ray cluster
+    # one collocated actor (env + policy) a rank: each actor start imports torch and wmrl, and
+    # on 2 cores the actors, not the steps, are the test's time; the weights still go from the
+    # sharded policy to each rank's own actor (the placements: tests/rollout, test_fit_toy)
+    cfg.rollout.placement = "collocated"
+    cfg.rollout.num_env_workers = 1
+    cfg.rollout.worker_cpus = 0.25
     cfg.rollout.ray_address = os.environ.get("WMRL_TEST_RAY_ADDRESS")
     trainer, module = fit(cfg)
     state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v)
