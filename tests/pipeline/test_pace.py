@@ -25,7 +25,6 @@ from wmrl.module import GRPOModule
 from wmrl.pipeline import world_model_training as T
 from wmrl.pipeline.pace import Pace, episode_specs, trained_state
 from wmrl.policies.openvla_oft import tiny_config
-from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.world_model.action_wan import ActionWanModel
 
 SIZE = 32
@@ -161,78 +160,52 @@ def test_env_loads_world_model_weights(assets):
     env.chunk_step(torch.zeros(2, 8, 7))  # still runs
 
 
-def datamodule_spec(assets) -> dict:
-    """A collocated RolloutDataModule of the tiny policy in the tiny world model."""
-    return dict(policy=policy_spec(),
-                env={"_target_": "wmrl.envs.wan_env.WanWorldModelEnv",
-                     "world_model": {"path": str(assets / "wm"), "height": SIZE, "width": SIZE},
-                     "reward": REWARD, "initial_states": str(assets / "init")},
-                num_envs=2, group_size=1, max_episode_steps=8, chunk=8, temperature=1.0,
-                placement="collocated", worker_cpus=0.25, worker_threads=1, seed=0)
-
-
-@pytest.mark.slow
-def test_round_finetunes_and_pushes_to_a_real_env_actor(assets, ray_local, tmp_path):
+def test_round_finetunes_counts_and_resumes(assets, tmp_path):
+    """A round driven directly: real episodes, the fine-tune, the counts, the history; its
+    state through a checkpoint. No env actors here (``rollouts=None``: nothing to push); the
+    push to real Ray env actors - exactly these weights, the VAE untouched, the reward's too,
+    a rollout after it, the restored version pushed on resume - is checked in the fit below,
+    which runs the same round from the training step."""
     torch.manual_seed(0)
     pace = make_pace(assets, out_dir=str(tmp_path / "pace"))
     policy = build(policy_spec())
-    dm = RolloutDataModule(**datamodule_spec(assets))
-    dm.setup("fit")
-    try:
-        actor = dm.plan.env_actors[0]
-        original = ray.get(actor.env_model_state.remote())
-        assert dm.world_model_versions() == [0]
-        assert pace.counts()["pace/real_episodes"] == 0.0
+    assert pace.counts()["pace/real_episodes"] == 0.0
 
-        assert not pace.round_due(1, max_steps=6) and pace.round_due(2, max_steps=6)
-        metrics = pace.run_round(policy, dm, step=2)
-        row = pace.history[-1]
+    assert not pace.round_due(1, max_steps=6) and pace.round_due(2, max_steps=6)
+    metrics = pace.run_round(policy, None, step=2)
+    row = pace.history[-1]
 
-        # the episodes: real, from the simulator, all counted
-        assert row["episodes"] == 4 and row["steps"] > 0 and pace.real_steps == row["steps"]
-        counts = pace.counts()
-        assert counts["pace/real_episodes"] == 4.0 and counts["pace/real_steps"] == row["steps"]
-        assert counts["pace/world_model_version"] == 1.0
-        assert metrics["pace/wm_loss_after"] == row["wm_loss_after"] and metrics["pace/seconds"] > 0
-        assert (tmp_path / "pace" / "history.jsonl").read_text().count("\n") == 1
-        # the fine-tune learned the policy's episodes
-        assert len(pace.losses) == 40 and row["finetune_loss"] < row["finetune_loss_first"]
-        assert row["wm_loss_after"] < row["wm_loss_before"]
-        assert len(pace.reward_losses) == 3
+    # the episodes: real, from the simulator, all counted
+    assert row["episodes"] == 4 and row["steps"] > 0 and pace.real_steps == row["steps"]
+    counts = pace.counts()
+    assert counts["pace/real_episodes"] == 4.0 and counts["pace/real_steps"] == row["steps"]
+    assert counts["pace/world_model_version"] == 1.0 and row["push_seconds"] == 0.0
+    assert metrics["pace/wm_loss_after"] == row["wm_loss_after"] and metrics["pace/seconds"] > 0
+    assert (tmp_path / "pace" / "history.jsonl").read_text().count("\n") == 1
+    # the fine-tune learned the policy's episodes
+    assert len(pace.losses) == 40 and row["finetune_loss"] < row["finetune_loss_first"]
+    assert row["wm_loss_after"] < row["wm_loss_before"]
+    assert len(pace.reward_losses) == 3
+    ours = trained_state(pace.model)
+    loaded = trained_state(ActionWanModel.from_pretrained(assets / "wm"))
+    assert not all(torch.equal(loaded[k], v) for k, v in ours.items())  # it moved
+    assert all(not p.requires_grad for p in pace.model.parameters())  # frozen between rounds
 
-        # the env actor holds exactly this object's weights, as version 1
-        assert dm.world_model_versions() == [1]
-        held = ray.get(actor.env_model_state.remote())
-        ours = trained_state(pace.model)
-        assert all(torch.equal(held["world_model"][k], v) for k, v in ours.items())
-        assert not all(torch.equal(original["world_model"][k], v) for k, v in ours.items())
-        vae = [k for k in original["world_model"] if k.startswith("vae.")]
-        assert vae and all(torch.equal(held["world_model"][k], original["world_model"][k])
-                           for k in vae)  # the VAE stays frozen
-        assert all(torch.equal(held["reward"][k], v) for k, v in pace.reward_state().items())
-
-        # GRPO goes on: a rollout in the updated world model
-        dm.sync_weights(policy.state_dict(), 0)
-        batch = dm.rollout()
-        assert batch.version == 0 and batch.rewards.shape == (2, 8)
-
-        # resume: the checkpointed state continues the counts and the fine-tuned weights
-        path = tmp_path / "pace.pt"
-        torch.save(pace.state_dict(), path)
-        pace2 = make_pace(assets, out_dir=str(tmp_path / "pace"))
-        pace2.load_state_dict(torch.load(path, weights_only=True))
-        pace2.restore_actors(dm)  # pushes version 1 again
-        assert (pace2.version, pace2.real_episodes, pace2.real_steps) == (1, 4, row["steps"])
-        assert pace2.model is None  # built at its first round; a checkpoint before keeps them
-        assert all(torch.equal(v, ours[k]) for k, v in pace2.state_dict()["world_model"].items())
-        pace2.ensure_models()
-        assert all(torch.equal(v, ours[k]) for k, v in trained_state(pace2.model).items())
-        assert pace2.optimizer.state_dict()["state"]  # Adam moments restored
-        assert dm.world_model_versions() == [1]
-        assert pace2.finish()["real_episodes"] == 4
-        assert '"real_episodes": 4' in (tmp_path / "pace" / "summary.json").read_text()
-    finally:
-        dm.teardown()
+    # resume: the checkpointed state continues the counts and the fine-tuned weights
+    path = tmp_path / "pace.pt"
+    torch.save(pace.state_dict(), path)
+    pace2 = make_pace(assets, out_dir=str(tmp_path / "pace"))
+    pace2.load_state_dict(torch.load(path, weights_only=True))
+    assert (pace2.version, pace2.real_episodes, pace2.real_steps) == (1, 4, row["steps"])
+    assert pace2.model is None  # built at its first round; a checkpoint before keeps them
+    assert all(torch.equal(v, ours[k]) for k, v in pace2.state_dict()["world_model"].items())
+    pace2.ensure_models()
+    assert all(torch.equal(v, ours[k]) for k, v in trained_state(pace2.model).items())
+    assert pace2.optimizer.state_dict()["state"]  # Adam moments restored
+    assert all(torch.equal(v, pace.reward_state()[k]) for k, v in pace2.reward_state().items())
+    assert not pace2.round_due(2, max_steps=6) and pace2.round_due(4, max_steps=6)
+    assert pace2.finish()["real_episodes"] == 4
+    assert '"real_episodes": 4' in (tmp_path / "pace" / "summary.json").read_text()
     assert os.path.isdir(assets / "wm")
 
 
@@ -263,15 +236,25 @@ def test_a_checkpoint_of_the_old_callback_restores_the_state(assets):
 
 
 class PaceProbe(L.Callback):
-    """The env actors' world-model versions at the first batch (after on_train_start) and at
-    the end of the fit."""
+    """The env actors' world-model versions, and the first env actor's world-model and reward
+    weights, at the first batch (after on_train_start) and at the end of the fit (before the
+    actors stop)."""
+
+    @staticmethod
+    def held(trainer) -> tuple[list[int], dict]:
+        dm = trainer.datamodule
+        return dm.world_model_versions(), ray.get(dm.plan.env_actors[0].env_model_state.remote())
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not hasattr(self, "first"):
-            self.first = trainer.datamodule.world_model_versions()
+            self.first, self.first_state = self.held(trainer)
 
     def on_train_end(self, trainer, pl_module):
-        self.last = trainer.datamodule.world_model_versions()
+        self.last, self.last_state = self.held(trainer)
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], v) for k, v in b.items())
 
 
 def fit_cfg(assets, run_dir, **over):
@@ -323,9 +306,18 @@ def test_fit_runs_rounds_in_the_training_step_and_resumes(assets, ray_local, tmp
     assert saved["pace"]["version"] == 1 and saved["pace"]["real_episodes"] == 2
     assert not any(str(k).startswith("PaceCallback") for k in saved["callbacks"])
     ours = trained_state(pace.model)
-    assert all(torch.equal(saved["pace"]["world_model"][k], v) for k, v in ours.items())
+    assert same(saved["pace"]["world_model"], ours)
     assert json.loads((tmp_path / "a" / "pace" / "summary.json").read_text())[
         "real_episodes"] == 2
+    # the env actor holds exactly the round's weights (the run's step 2 rolled out in them):
+    # the transformer and action modules moved, the VAE stayed as loaded, the reward synced
+    loaded, held = probe.first_state["world_model"], probe.last_state["world_model"]
+    assert same({k: held[k] for k in ours}, ours)
+    assert not same({k: loaded[k] for k in ours}, ours)
+    vae = [k for k in loaded if k.startswith("vae.")]
+    assert vae and all(torch.equal(held[k], loaded[k]) for k in vae)
+    assert same(probe.last_state["reward"], pace.reward_state())
+    assert not same(probe.first_state["reward"], pace.reward_state())
 
     probe2 = PaceProbe()
     trainer2, module2 = fit(fit_cfg(assets, tmp_path / "b", ckpt_path=str(ckpt),
@@ -333,6 +325,10 @@ def test_fit_runs_rounds_in_the_training_step_and_resumes(assets, ray_local, tmp
     pace2 = module2.pace
     assert trainer2.global_step == 4 and (pace2.rounds, pace2.version) == (2, 2)
     assert (probe2.first, probe2.last) == ([1], [2])  # restored before the first rollout
+    # what the new actors got on resume: the checkpoint's weights, not the config's
+    first = probe2.first_state
+    assert same({k: first["world_model"][k] for k in ours}, saved["pace"]["world_model"])
+    assert same(first["reward"], saved["pace"]["reward"])
     assert [r["step"] for r in pace2.history] == [1, 3] and pace2.real_episodes == 4
     assert "[pace] resumed at world-model version 1" in capsys.readouterr().out
     rows = (tmp_path / "b" / "pace" / "history.jsonl").read_text().splitlines()
