@@ -3,8 +3,8 @@ actors while the trainer updates, and the batches are bit-identical to resetting
 and the placements give identical trajectories.
 
 A Ray actor takes seconds to start, a step here milliseconds: so one DataModule per code path
-is started once (module fixtures) and driven through every scenario, and the tests check
-what it recorded. The paths: ``collocated`` (env and policy in one actor) and
+is started once and driven through every scenario (the module fixture ``runs``, both
+DataModules at once), and the tests check what they recorded. The paths: ``collocated`` (env and policy in one actor) and
 ``disaggregated`` (separate env and policy actors), both with 2 pipeline stages. ``hybrid``
 is ``disaggregated`` with other resource requests (the same ``ActorPool`` and engine path:
 tests/rollout/test_placement.py places it and rolls out on it); one stage is the same loop
@@ -19,6 +19,7 @@ continue upwards, as a receiver refuses older ones) with it.
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
@@ -104,8 +105,7 @@ def decision(dm):
     return dm.overlap_resets, dm.overlapping, dm.shares_trainer_device()
 
 
-@pytest.fixture(scope="module")
-def collocated(ray_local):
+def run_collocated():
     """Collocated actors, first as on an accelerator (no overlap: the plain run), then on the
     CPU they are on (overlap)."""
     dm = make_dm("collocated", True)
@@ -125,8 +125,7 @@ def collocated(ray_local):
         dm.teardown()
 
 
-@pytest.fixture(scope="module")
-def disaggregated(ray_local):
+def run_disaggregated():
     """Separate env and policy actors: a run without overlap, the same steps with it, then a
     run resumed at step 1 during which Ray restarts an env actor."""
     warnings = []
@@ -177,6 +176,24 @@ def disaggregated(ray_local):
         logger.removeHandler(handler)
 
 
+@pytest.fixture(scope="module")
+def runs(ray_local):
+    """Both at once: their actors' starts share the CPUs, their steps the waits."""
+    with ThreadPoolExecutor(2) as pool:
+        collocated, disaggregated = pool.submit(run_collocated), pool.submit(run_disaggregated)
+        return {"collocated": collocated.result(), "disaggregated": disaggregated.result()}
+
+
+@pytest.fixture
+def collocated(runs):
+    return runs["collocated"]
+
+
+@pytest.fixture
+def disaggregated(runs):
+    return runs["disaggregated"]
+
+
 def assert_same(a, b, offset=0):
     for k, (x, y) in enumerate(zip(a, b)):
         assert y.version == x.version + offset
@@ -190,8 +207,8 @@ def assert_reset_in_step(step):
 
 
 @pytest.mark.parametrize("placement", ["collocated", "disaggregated"])
-def test_overlap_gives_the_same_batches_and_resets_during_the_update(request, placement):
-    rec = request.getfixturevalue(placement)
+def test_overlap_gives_the_same_batches_and_resets_during_the_update(runs, placement):
+    rec = runs[placement]
     plain, ahead = rec["plain"], rec["ahead"]
     assert [b.version for b, *_ in plain] == list(range(STEPS))
     assert [b.version for b, *_ in ahead] == [AHEAD + k for k in range(STEPS)]
