@@ -5,14 +5,14 @@ The real ``GRPOModule.update`` runs under a real Lightning ``Trainer`` on 2 CPU 
 (gloo): FSDP2 and HSDP through ``strategies.HybridShardStrategy`` and plain DDP, so the
 gradient averaging is the strategies' own collective. The module steps with SGD(lr=1) here, so the
 parameter change is minus the (clipped) gradient; it is compared with one process running the
-same module on the union batch. This file is also the 2-rank script: the test runs it, and
-Lightning re-launches it for rank 1.
+same module on the union batch.
 """
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import os
-import subprocess
 import sys
 import time
 
@@ -108,6 +108,7 @@ def two_rank_main(out_dir: str) -> None:
     torch.set_num_threads(1)
     results = {}
     for name in ("fsdp2", "hsdp", "ddp"):
+        t = time.perf_counter()
         for scenario, aggregation, clip in cases():
             strategy = (DDPStrategy(process_group_backend="gloo") if name == "ddp" else
                         HybridShardStrategy(shard_size="world" if name == "fsdp2" else 1,
@@ -115,8 +116,24 @@ def two_rank_main(out_dir: str) -> None:
                                             gradient_clip_norm=None))
             results[name, scenario, aggregation, clip] = run_update(
                 rank_batches(scenario), aggregation, strategy, clip)
+        print(f"{name}: {time.perf_counter() - t:.1f} s", flush=True)
     if torch.distributed.get_rank() == 0:
         torch.save(results, os.path.join(out_dir, "two_rank.pt"))
+
+
+def rank_main(out_dir: str, rank: int, port: int) -> None:
+    """One rank of the 2-rank run, in a forked process."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0",
+                      LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    two_rank_main(out_dir)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def rel_error(delta: dict, ref: dict) -> float:
@@ -127,18 +144,26 @@ def rel_error(delta: dict, ref: dict) -> float:
 @pytest.mark.slow
 def test_two_ranks_update_exactly_as_one_rank_on_the_union(tmp_path):
     t0 = time.perf_counter()
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE),
-                                           os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(tmp_path)], env=env,
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    # the 2 ranks are forks of this process: it has torch and Lightning imported already (a
+    # fresh interpreter takes seconds to import them); LOCAL_RANK tells Lightning that the
+    # processes are launched
+    gc.collect()  # nothing half-dead for the forks to collect
+    assert not torch.distributed.is_initialized(), "a test left a default process group"
+    fork = multiprocessing.get_context("fork")
+    port = free_port()
+    procs = [fork.Process(target=rank_main, args=(str(tmp_path), rank, port), daemon=True)
+             for rank in range(2)]
+    for proc in procs:
+        proc.start()
     # meanwhile, the single-process reference on the union of the ranks' batches
     refs = {(scenario, aggregation, clip): run_update(
         [union(rank_batches(scenario))], aggregation, "auto", clip)
         for scenario, aggregation, clip in cases()}
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out[-4000:]
+    for rank, proc in enumerate(procs):
+        proc.join(timeout=300)
+        if proc.is_alive():
+            proc.kill()
+        assert proc.exitcode == 0, f"rank {rank} ended with {proc.exitcode} (its output above)"
     results = torch.load(tmp_path / "two_rank.pt", weights_only=True)
     errors, metric_errors = {}, []
     for (name, scenario, aggregation, clip), (delta, metrics) in results.items():
@@ -174,6 +199,3 @@ def test_validate_refuses_clipping_twice():
     cfg.algorithm.grad_clip = None  # the strategy alone may clip
     validate(cfg)
 
-
-if __name__ == "__main__":
-    two_rank_main(sys.argv[1])

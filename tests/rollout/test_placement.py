@@ -1,6 +1,8 @@
 """Placement by resources: devices derived from what Ray assigned, collocated actors on their
 trainer rank's node and card, a missing resource refused up front, weights over a gloo group."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -122,8 +124,11 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
     overrides, want, cards = CASES[placement]
     dms = [_dm(placement, **overrides) for _ in range(2)]
     try:
-        for r, dm in enumerate(dms):  # two trainer ranks of one job on one node, card r each
-            dm.start(rank=r, world_size=2, trainer_device=f"cuda:{r}")
+        # two trainer ranks of one job on one node, card r each, starting at the same time
+        # (as their processes do; and their actors' starts share the CPUs)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda r: dms[r].start(rank=r, world_size=2,
+                                                 trainer_device=f"cuda:{r}"), range(2)))
         reports = [dm.placement_report() for dm in dms]
         node = ray.get_runtime_context().get_node_id()
         given = []
@@ -181,9 +186,12 @@ def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
     from wmrl.fit import build_datamodule, build_module, fit
     from wmrl.schema import with_defaults
 
+    # one collocated actor in both runs (an actor start costs seconds; the bare step takes
+    # the same path on any placement, and they give the same batches: test_bootstrap_overlap)
+    over = {"trainer.max_steps": 2, "rollout.placement": "collocated",
+            "rollout.num_env_workers": 1, "rollout.worker_cpus": 0.25}
     monkeypatch.setattr(RolloutDataModule, "shares_trainer_device", lambda self: True)
-    cfg = toy_cfg(tmp_path / "fit", **{"trainer.max_steps": 2, "rollout.placement": "collocated",
-                                       "rollout.worker_cpus": 0.25})
+    cfg = toy_cfg(tmp_path / "fit", **over)
     _, module = fit(cfg)
     # step 1 moves the weights (AdamW holds no state yet), step 2 also the state
     gb = [m["offload/gb"] for m in module.history]
@@ -191,7 +199,7 @@ def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
     assert not module._offloaded  # back on the device after the run
     monkeypatch.undo()
 
-    cfg = with_defaults(toy_cfg(tmp_path / "bare", **{"trainer.max_steps": 2}))
+    cfg = with_defaults(toy_cfg(tmp_path / "bare", **over))
     L.seed_everything(cfg.seed)
     bare, dm = build_module(cfg), build_datamodule(cfg)
     trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, callbacks=[],

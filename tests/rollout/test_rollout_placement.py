@@ -1,53 +1,11 @@
-"""The three placements run on real Ray actors and give identical trajectories."""
+"""The engine's pieces by hand: busy-time breakdown, batch assembly. That the placements give
+identical trajectories on real Ray actors is tested with the bootstrap overlap, on the same
+actors (tests/rollout/test_bootstrap_overlap.py::test_placements_give_identical_trajectories)."""
 
 import numpy as np
 import pytest
-import torch
 
-from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.rollout.engine import busy_breakdown
-
-
-def make_dm(placement, stages):
-    return RolloutDataModule(
-        policy={"_target_": "toys.LinearBinPolicy"},
-        env={"_target_": "toys.ReachEnv", "tolerance": 0.52},
-        num_envs=16, group_size=4, rollout_epochs=2, max_episode_steps=24, chunk=8,
-        temperature=1.0, placement=placement, pipeline_stages=stages, num_env_workers=2,
-        num_rollout_workers=1, worker_cpus=0.25, seed=3,
-    )
-
-
-@pytest.mark.slow
-def test_placements_give_identical_trajectories(ray_local):
-    torch.manual_seed(0)
-    from toys import LinearBinPolicy
-
-    weights = LinearBinPolicy().state_dict()
-    weights["bias"] = torch.randn_like(weights["bias"])  # a non-uniform policy
-    batches = {}
-    for placement, stages in (("collocated", 2), ("disaggregated", 2), ("hybrid", 2),
-                              ("disaggregated", 1)):
-        dm = make_dm(placement, stages)
-        dm.setup("fit")
-        try:
-            dm.sync_weights(weights, version=7)
-            batches[placement, stages] = dm.rollout()
-            timing = dm.step_timing()
-        finally:
-            dm.teardown()
-        assert timing["rollout_s"] > 0 and timing["env_s"] > 0 and timing["policy_s"] > 0
-        assert timing["reward_s"] == 0.0  # the toy env has no reward model
-    ref = batches["collocated", 2]
-    n = 2 * 16
-    assert ref.tokens.shape == (n, 3, 56) and ref.image.shape == (n, 3, 8, 8, 3)
-    assert ref.rewards.shape == (n, 24) and ref.version == 7
-    assert 0 < ref.success.float().mean() < 1
-    for key in [("disaggregated", 2), ("hybrid", 2)]:
-        for name in ("image", "tokens", "logprobs", "rewards", "dones", "success"):
-            assert torch.equal(getattr(batches[key], name), getattr(ref, name)), (key, name)
-    # a different stage split is a different sub-batching: same shapes, other samples
-    assert batches["disaggregated", 1].tokens.shape == ref.tokens.shape
 
 
 def test_busy_breakdown_by_hand():

@@ -253,6 +253,9 @@ class RolloutWorker:
     def apply_weights(self, payload) -> int:
         return self.rx.apply(payload)
 
+    def version(self) -> int:
+        return self.rx.version
+
     def sample(self, x):
         with self.rx.reading() as version:
             return version, self.model(x)
@@ -296,69 +299,97 @@ class Trainer:
         return {k: v.clone() for k, v in self.model.state_dict().items()}
 
 
-@pytest.mark.slow
-def test_ray_actors_receive_versions_through_the_object_store(ray_local):
-    ray = ray_local
-    Worker = ray.remote(num_cpus=0)(RolloutWorker)
-    workers = [Worker.remote(10 + i) for i in range(2)]
-    src = TinyPolicy(1)
-    x = torch.randn(3, 4)
-    sender = WeightSender(bucket_mb=1e-4, delta=True)
-    assert push_weights(sender, src.state_dict(), 1, workers) == [1, 1]
-    for version, y in ray.get([w.sample.remote(x) for w in workers]):
-        assert version == 1 and torch.equal(y, src(x))
-    with torch.no_grad():
-        src.fc.bias[2] = 5.0
-    assert push_weights(sender, src.state_dict(), 2, workers) == [2, 2]
-    for state in ray.get([w.state.remote() for w in workers]):
-        assert same_bits(state, src.state_dict())
-    # a fresh worker cannot take a delta: the push fails and the sender falls back to full
-    workers.append(Worker.remote(99))
-    with torch.no_grad():
-        src.fc.bias[2] = 6.0
-    with pytest.raises(WeightSyncError, match="applies on v2"):
-        push_weights(sender, src.state_dict(), 3, workers)
-    assert push_weights(sender, src.state_dict(), 3, workers) == [3, 3, 3]
-    assert [v for v, _ in ray.get([w.sample.remote(x) for w in workers])] == [3, 3, 3]
-
-
-@pytest.mark.slow
-def test_zero_copy_workers_alias_the_store_and_stay_exact(ray_local):
-    ray = ray_local
-    Worker = ray.remote(num_cpus=0)(RolloutWorker)
-    workers = [Worker.remote(30 + i, zero_copy=True) for i in range(2)]
-    src, x = TinyPolicy(1), torch.randn(3, 4)
-    sender = WeightSender(bucket_mb=1e-4, delta=True)
-    push_weights(sender, src.state_dict(), 1, workers)
-    names = sorted(src.state_dict())
-    assert ray.get([w.aliased.remote() for w in workers]) == [names, names]
-    with torch.no_grad():
-        src.fc.bias[1] = -3.0  # delta: only fc.bias gets a private copy
-    push_weights(sender, src.state_dict(), 2, workers)
-    rest = [n for n in names if n != "fc.bias"]
-    assert ray.get([w.aliased.remote() for w in workers]) == [rest, rest]
-    for (version, y), state in zip(ray.get([w.sample.remote(x) for w in workers]),
-                                   ray.get([w.state.remote() for w in workers])):
-        assert version == 2 and torch.equal(y, src(x)) and same_bits(state, src.state_dict())
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_gloo_collective_broadcasts_bit_exact(ray_local):
-    """Trainer (rank 0) + 2 rollout workers in one gloo group: v1 full, v2 delta."""
+@pytest.fixture(scope="module")
+def group(ray_local):
+    """A trainer (rank 0) and two rollout workers - one copying, one zero-copy - in one gloo
+    group, started once: every Ray test here syncs them (a worker process takes seconds to
+    start), each from the next version up (``next_version``), so any order works."""
     ray = ray_local
     port = free_port()
     trainer = ray.remote(num_cpus=0)(Trainer).remote(port, 3, delta=True)
     Worker = ray.remote(num_cpus=0)(RolloutWorker)
-    workers = [Worker.remote(20 + i, rank=i + 1, world=3, port=port) for i in range(2)]
-    for version in (1, 2):
+    workers = [Worker.remote(20 + i, rank=i + 1, world=3, port=port, zero_copy=i == 1)
+               for i in range(2)]
+    yield trainer, workers
+    for actor in [trainer, *workers]:
+        ray.kill(actor)
+
+
+def next_version(workers) -> int:
+    import ray
+
+    return max(ray.get([w.version.remote() for w in workers])) + 1
+
+
+@pytest.mark.slow
+def test_ray_actors_receive_versions_through_the_object_store(ray_local, group):
+    ray = ray_local
+    _, workers = group
+    v = next_version(workers)
+    src = TinyPolicy(1)
+    x = torch.randn(3, 4)
+    sender = WeightSender(bucket_mb=1e-4, delta=True)
+    assert push_weights(sender, src.state_dict(), v, workers) == [v, v]
+    for version, y in ray.get([w.sample.remote(x) for w in workers]):
+        assert version == v and torch.equal(y, src(x))
+    with torch.no_grad():
+        src.fc.bias[2] = 5.0
+    assert push_weights(sender, src.state_dict(), v + 1, workers) == [v + 1, v + 1]
+    for state in ray.get([w.state.remote() for w in workers]):
+        assert same_bits(state, src.state_dict())
+    # a worker that missed a sync (as a restarted one, it lacks the delta's base) cannot
+    # take a delta: the push fails and the sender falls back to full
+    with torch.no_grad():
+        src.fc.bias[2] = 6.0
+    assert push_weights(sender, src.state_dict(), v + 2, workers[:1]) == [v + 2]
+    with torch.no_grad():
+        src.fc.bias[2] = 7.0
+    with pytest.raises(WeightSyncError, match=f"applies on v{v + 2} but this worker has "
+                                              f"v{v + 1}"):
+        push_weights(sender, src.state_dict(), v + 3, workers)
+    assert push_weights(sender, src.state_dict(), v + 3, workers) == [v + 3, v + 3]
+    assert [ver for ver, _ in ray.get([w.sample.remote(x) for w in workers])] == [v + 3] * 2
+    for state in ray.get([w.state.remote() for w in workers]):
+        assert same_bits(state, src.state_dict())
+
+
+@pytest.mark.slow
+def test_zero_copy_workers_alias_the_store_and_stay_exact(ray_local, group):
+    ray = ray_local
+    _, workers = group  # copying, zero-copy
+    v = next_version(workers)
+    src, x = TinyPolicy(1), torch.randn(3, 4)
+    sender = WeightSender(bucket_mb=1e-4, delta=True)
+    push_weights(sender, src.state_dict(), v, workers)  # full: every tensor a store view
+    names = sorted(src.state_dict())
+    assert ray.get([w.aliased.remote() for w in workers]) == [[], names]
+    with torch.no_grad():
+        src.fc.bias[1] = -3.0  # delta: only fc.bias gets a private copy
+    push_weights(sender, src.state_dict(), v + 1, workers)
+    rest = [n for n in names if n != "fc.bias"]
+    assert ray.get([w.aliased.remote() for w in workers]) == [[], rest]
+    for (version, y), state in zip(ray.get([w.sample.remote(x) for w in workers]),
+                                   ray.get([w.state.remote() for w in workers])):
+        assert version == v + 1 and torch.equal(y, src(x)) and same_bits(state, src.state_dict())
+
+
+@pytest.mark.slow
+def test_gloo_collective_broadcasts_bit_exact(ray_local, group):
+    """Trainer (rank 0) + 2 rollout workers in one gloo group: full, then delta (into the
+    zero-copy worker's store views too: it takes private copies)."""
+    ray = ray_local
+    trainer, workers = group
+    v = next_version(workers)
+    ray.get(trainer.reset.remote())  # its first sync is full
+    for version in (v, v + 1):
         payload = ray.get(trainer.prepare.remote(version))
-        assert payload.buckets is None and payload.is_delta == (version == 2)
+        assert payload.buckets is None and payload.is_delta == (version == v + 1)
         applied = [w.apply_weights.remote(payload) for w in workers]
         assert ray.get(trainer.send.remote(payload))
         assert ray.get(applied) == [version, version]
@@ -367,18 +398,17 @@ def test_gloo_collective_broadcasts_bit_exact(ray_local):
             assert same_bits(state, want)
         ray.get(trainer.perturb.remote())
     # a worker that rejects a sync still drains the broadcasts: the trainer does not hang
-    stale = ray.get(trainer.prepare.remote(1))
+    stale = ray.get(trainer.prepare.remote(v))
     applied = [w.apply_weights.remote(stale) for w in workers]
     assert ray.get(trainer.send.remote(stale), timeout=60)
     for ref in applied:
-        with pytest.raises(ray.exceptions.RayTaskError, match="stale sync v1"):
+        with pytest.raises(ray.exceptions.RayTaskError, match=f"stale sync v{v}:"):
             ray.get(ref, timeout=60)
     ray.get(trainer.reset.remote())
-    payload = ray.get(trainer.prepare.remote(3))
+    payload = ray.get(trainer.prepare.remote(v + 2))
     applied = [w.apply_weights.remote(payload) for w in workers]
     assert ray.get(trainer.send.remote(payload), timeout=60)
-    assert ray.get(applied, timeout=60) == [3, 3]
+    assert ray.get(applied, timeout=60) == [v + 2, v + 2]
     want = ray.get(trainer.state.remote())
     assert all(same_bits(st, want) for st in ray.get([w.state.remote() for w in workers]))
-    for actor in [trainer, *workers]:
-        ray.kill(actor)
+    assert ray.get(workers[1].aliased.remote()) == []  # the collective wrote private copies
