@@ -27,13 +27,18 @@ classes here registers them on first use) or after ``register_accelerators()``.
 import importlib
 import sys
 
+# eager (torch only): the function ``offload`` shares its name with its submodule, and a lazy
+# name would be shadowed by the submodule once something imports ``strategies.offload``
+from strategies.offload import MoveStats as MoveStats
+from strategies.offload import offload as offload
+from strategies.offload import onload as onload
+
 # name -> submodule that defines it
 _EXPORTS = {
     "DeviceMixedPrecision": "precision",
     "FusedOpsReport": "fused",
     "HybridShardStrategy": "hybrid_shard",
     "MUSAAccelerator": "accelerators",
-    "MoveStats": "offload",
     "NPUAccelerator": "accelerators",
     "apply_fully_shard": "sharding",
     "apply_fused_ops": "fused",
@@ -43,8 +48,6 @@ _EXPORTS = {
     "load_full_checkpoint": "checkpoint",
     "full_state_dict": "checkpoint",
     "load_full_state_dict": "checkpoint",
-    "offload": "offload",
-    "onload": "offload",
     "param_dtype_for_precision": "precision",
     "precision_for_device": "precision",
     "register_accelerators": "accelerators",
@@ -53,7 +56,7 @@ _EXPORTS = {
 # the submodules that import Lightning: loading one registers the accelerators too
 _LIGHTNING = ("accelerators", "hybrid_shard", "precision", "checkpoint")
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "MoveStats", "offload", "onload"])
 
 
 def __getattr__(name: str):
