@@ -19,7 +19,9 @@ from wmrl.fit import fit  # noqa: E402
 def main(out_dir: str) -> None:
     import faulthandler
 
-    faulthandler.dump_traceback_later(100, exit=True)  # a hang prints every stack, then exits
+    # a hang prints every stack, then exits (before the test's 400 s; a loaded 2-core machine
+    # can take minutes for the imports and actors alone)
+    faulthandler.dump_traceback_later(300, exit=True)
     cfg = toy_cfg(out_dir, **{"trainer.max_steps": 3, "trainer.devices": 2,
                               # 16 samples a rank (no group dropped) in mini-batches of 8:
                               # the second optimizer step of a batch goes through the FSDP
