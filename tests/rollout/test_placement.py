@@ -104,15 +104,16 @@ def _dm(placement, **kw):
 
 
 CASES = {  # placement -> (DataModule overrides, device each role resolves on rank r,
-    #                        the (resource, id) pairs Ray hands out over both ranks)
-    "collocated": ({}, {"collocated": "cuda:{r}"}, []),
+    #                        the (resource, id) pairs Ray hands out, the ranks started)
+    "collocated": ({}, {"collocated": "cuda:{r}"}, [], (0, 1)),
+    # one rank of the two (3 actors: each takes seconds to start; whole cards are distinct
+    # across ranks in the hybrid case's NPUs): 2 policy actors, 2 cards, a gloo group of 3
     "disaggregated": ({"env_resources": {"render": 1}, "policy_resources": {"GPU": 1},
                        "num_rollout_workers": 2, "weight_sync": {"transport": "gloo"}},
-                      {"env": "cpu", "policy": "cuda:0"},  # 2 ranks x 2 actors: 4 cards
-                      [("GPU", "0"), ("GPU", "1"), ("GPU", "2"), ("GPU", "3")]),
+                      {"env": "cpu", "policy": "cuda:0"}, [("GPU", "0"), ("GPU", "1")], (0,)),
     "hybrid": ({"env_resources": {"GPU": 0.5}, "policy_resources": {"NPU": 1}},
                {"env": "cuda:0", "policy": "npu:0"},  # two halves of one card; 2 NPUs
-               [("GPU", "0"), ("GPU", "0"), ("NPU", "0"), ("NPU", "1")]),
+               [("GPU", "0"), ("GPU", "0"), ("NPU", "0"), ("NPU", "1")], (0, 1)),
 }
 
 
@@ -121,14 +122,14 @@ CASES = {  # placement -> (DataModule overrides, device each role resolves on ra
 @pytest.mark.parametrize("placement", list(CASES))
 def test_two_ranks_place_actors_by_resources(ray_local, placement):
     ray = ray_local
-    overrides, want, cards = CASES[placement]
-    dms = [_dm(placement, **overrides) for _ in range(2)]
+    overrides, want, cards, ranks = CASES[placement]
+    dms = [_dm(placement, **overrides) for _ in ranks]
     try:
-        # two trainer ranks of one job on one node, card r each, starting at the same time
-        # (as their processes do; and their actors' starts share the CPUs)
+        # trainer ranks of one two-rank job on one node, card r each, starting at the same
+        # time (as their processes do; and their actors' starts share the CPUs)
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda r: dms[r].start(rank=r, world_size=2,
-                                                 trainer_device=f"cuda:{r}"), range(2)))
+                                                 trainer_device=f"cuda:{r}"), ranks))
         reports = [dm.placement_report() for dm in dms]
         node = ray.get_runtime_context().get_node_id()
         given = []
@@ -153,6 +154,7 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
             got = ray.get(actor.get_state.remote())
             assert all(torch.equal(torch.tensor(got[k]), v) for k, v in weights.items())
         if placement == "disaggregated":
+            assert len(dms[0].rollout_workers) == 2
             assert dms[0].sync.group is not None and dms[0].sync.group.size == 3
     finally:
         for dm in dms:
@@ -190,22 +192,31 @@ def test_the_step_needs_no_callback_and_offloads_around_a_rollout_on_its_card(
     # the same path on any placement, and they give the same batches: test_bootstrap_overlap)
     over = {"trainer.max_steps": 2, "rollout.placement": "collocated",
             "rollout.num_env_workers": 1, "rollout.worker_cpus": 0.25}
-    monkeypatch.setattr(RolloutDataModule, "shares_trainer_device", lambda self: True)
-    cfg = toy_cfg(tmp_path / "fit", **over)
-    _, module = fit(cfg)
-    # step 1 moves the weights (AdamW holds no state yet), step 2 also the state
-    gb = [m["offload/gb"] for m in module.history]
-    assert gb[0] > 0 and gb[1] > gb[0] and all("onload/seconds" in m for m in module.history)
-    assert not module._offloaded  # back on the device after the run
-    monkeypatch.undo()
-
-    cfg = with_defaults(toy_cfg(tmp_path / "bare", **over))
-    L.seed_everything(cfg.seed)
-    bare, dm = build_module(cfg), build_datamodule(cfg)
-    trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, callbacks=[],
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tmp_path / "bare")
-    trainer.fit(bare, datamodule=dm)
+    bare_cfg = with_defaults(toy_cfg(tmp_path / "bare", **over))
+    dm = build_datamodule(bare_cfg)
+    # the bare run's actor starts while the full fit runs (what its Trainer's setup would do:
+    # rank 0 of 1, on the CPU; setup then finds it started)
+    with ThreadPoolExecutor(1) as pool:
+        started = pool.submit(dm.start)
+        try:
+            monkeypatch.setattr(RolloutDataModule, "shares_trainer_device", lambda self: True)
+            _, module = fit(toy_cfg(tmp_path / "fit", **over))
+            monkeypatch.undo()
+            # step 1 moves the weights (AdamW holds no state yet), step 2 also the state
+            gb = [m["offload/gb"] for m in module.history]
+            assert gb[0] > 0 and gb[1] > gb[0]
+            assert all("onload/seconds" in m for m in module.history)
+            assert not module._offloaded  # back on the device after the run
+            started.result()
+            L.seed_everything(bare_cfg.seed)
+            bare = build_module(bare_cfg)
+            trainer = L.Trainer(accelerator="cpu", max_steps=2, logger=False, callbacks=[],
+                                enable_checkpointing=False, enable_progress_bar=False,
+                                enable_model_summary=False, default_root_dir=tmp_path / "bare")
+            trainer.fit(bare, datamodule=dm)
+        finally:
+            started.result()
+            dm.teardown()
     assert bare.policy_version == 2 and dm.synced_version == 2
     assert "offload/gb" not in bare.history[0]
     want = module.policy.state_dict()
