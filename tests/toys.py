@@ -6,18 +6,18 @@ the image shows the targets as pixel intensities. The episode succeeds (reward 1
 termination) on the first chunk whose mean |action - target| is below ``tolerance``.
 ``LinearBinPolicy``: an independent softmax over 256 bins per action token, conditioned
 on the image through one linear layer - just enough for GRPO to raise the success rate.
+Ray actors import this module: it imports no Lightning (``GivenRollouts``, a DataModule, is
+in ``given_rollouts``, re-exported here on first use).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 
-import lightning as L
 import torch
 from torch import nn
 
-from wmrl.interfaces import PolicySample, TrajectoryBatch
+from wmrl.interfaces import PolicySample
 
 N_BINS = 256
 CENTRES = torch.linspace(-1, 1, 2 * N_BINS + 1)[1::2]  # bin centres of [-1, 1]
@@ -163,37 +163,12 @@ def count_renders(monkeypatch) -> list:
     return calls
 
 
-class GivenRollouts(L.LightningDataModule):
-    """A ``RolloutSource`` without Ray: ``rollout`` hands out the given trajectory batches in
-    turn (``per_rank``: rank r always gets ``batches[r]``, as ``TrajectoryBatch`` kwargs) and
-    ``sync_weights`` records the versions pushed - for testing ``GRPOModule``'s step on
-    hand-made batches."""
+def __getattr__(name):
+    """``GivenRollouts`` (a Lightning DataModule) lives in ``given_rollouts``: Ray actors
+    import this module to build the toy policy and env, and Lightning would add seconds to
+    every actor start."""
+    if name == "GivenRollouts":
+        from given_rollouts import GivenRollouts
 
-    placement = "disaggregated"
-
-    def __init__(self, batches: list, per_rank: bool = False):
-        super().__init__()
-        self.batches, self.per_rank = list(batches), per_rank
-        self.synced: list[int] = []
-
-    def train_dataloader(self):
-        return itertools.count()
-
-    def rollout(self, weights=None) -> TrajectoryBatch:
-        if self.per_rank:
-            dist = torch.distributed
-            return TrajectoryBatch(**self.batches[dist.get_rank() if dist.is_initialized() else 0])
-        return self.batches.pop(0)
-
-    def sync_weights(self, state_dict, version: int) -> float:
-        self.synced.append(version)
-        return 0.0
-
-    def shares_trainer_device(self) -> bool:
-        return False
-
-    def step_timing(self) -> dict:
-        return {}
-
-    def pop_trace_events(self) -> list:
-        return []
+        return GivenRollouts
+    raise AttributeError(f"module 'toys' has no attribute {name!r}")
