@@ -2,7 +2,7 @@
 and the world model PACE pushed), and the step re-run from its seed: the run ends with the
 weights of an undisturbed run.
 
-Every actor start costs seconds (a new process importing torch and Lightning): the fits run
+Every actor start costs seconds (a new process importing torch): the fits run
 one env actor and one policy actor (the restart path does not depend on how many there are),
 and one crashing fit checks both the re-run step and the world model given back."""
 
