@@ -47,3 +47,23 @@ def ray_local():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **fake)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """Each test leaves logging as it found it: a script run in this process (runpy) with
+    ``hydra/job_logging=disabled`` disables every existing logger and sets the root to ERROR,
+    which silenced the warnings later tests assert on."""
+    import logging
+
+    root = logging.getLogger()
+    loggers = [lg for lg in root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    saved = [(lg, lg.disabled, lg.level, list(lg.handlers), lg.propagate)
+             for lg in (root, *loggers)]
+    disabled = logging.root.manager.disable
+    yield
+    for lg, was_disabled, level, handlers, propagate in saved:
+        lg.disabled, lg.propagate = was_disabled, propagate
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+    logging.disable(disabled)

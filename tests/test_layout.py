@@ -60,6 +60,7 @@ ACTOR_IMPORTS = """
 import sys
 import wmrl.rollout.workers, wmrl.policies.openvla_oft, wmrl.envs.wan_env, wmrl.rewards.resnet
 import strategies.fused, strategies.devices
+sys.path.insert(0, 'tests'); import toys  # the test actors' policies and envs
 print(sorted(m for m in ('lightning', 'torchmetrics') if m in sys.modules))
 from lightning.pytorch.accelerators import AcceleratorRegistry
 print('npu' in AcceleratorRegistry)
