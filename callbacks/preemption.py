@@ -47,6 +47,7 @@ class StepCheckpoint(ModelCheckpoint):
                          every_n_train_steps=every_n_steps)
         self.run_dir = os.path.abspath(run_dir)
         self.every_n_steps = every_n_steps
+        self.saved_step: int | None = None  # the step of the newest checkpoint written
         self._outer_sigterm = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -59,20 +60,24 @@ class StepCheckpoint(ModelCheckpoint):
             signal.signal(signal.SIGTERM, self._outer_sigterm)
             self._outer_sigterm = None
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict) -> None:
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+        self.saved_step = trainer.global_step  # this step is on disk (every save is atomic)
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning saves every N steps only: a run whose last step is not a multiple of N
         # would otherwise end with the last.ckpt of an earlier step
-        if trainer.global_step % self.every_n_steps:
-            self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
-            trainer.save_checkpoint(self.last_model_path)
+        if self.saved_step != trainer.global_step:
+            self.save_last_now(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
                      exception: BaseException) -> None:
         if not trainer.received_sigterm:
             return  # a crash: the step may be half done, keep the checkpoints as they are
         finished = isinstance(exception, SIGTERMException)  # raised between steps
-        if finished and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if finished and self.saved_step != trainer.global_step:
+            self.save_last_now(trainer)
         if not trainer.is_global_zero:
             return
         last = self.last_model_path if os.path.isfile(self.last_model_path or "") else None
@@ -83,6 +88,11 @@ class StepCheckpoint(ModelCheckpoint):
             what += f"; the last checkpoint is {last}" if last else "; no checkpoint yet"
         print(f"{what}; resume with: {resume_command(last, self.run_dir)}", file=sys.stderr,
               flush=True)
+
+    def save_last_now(self, trainer: L.Trainer) -> None:
+        """``last.ckpt`` of the step the trainer is at (every rank calls it, as a save)."""
+        self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
+        trainer.save_checkpoint(self.last_model_path)
 
 
 def resume_command(ckpt_path: str | None, run_dir: str) -> str:

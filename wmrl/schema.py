@@ -178,7 +178,6 @@ class WanEnvSchema:
     success_threshold: float = 0.9
     use_rel_reward: bool = False
     reward_coef: float = 5.0
-    fast_path: bool = True
     reuse_generated_latents: bool = False
     kir_reset: bool = False
     max_regenerations: int = 3

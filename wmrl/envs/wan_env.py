@@ -33,13 +33,13 @@ that second draw into the return: the episode's last step reward is shifted so t
 coef * min (or mean) of the two draws' last-frame scores instead of the first draw's alone, a
 pessimistic (or averaged) reading of the chunk that decides the episode.
 
-``fast_path`` (default on) keeps results bit-identical to the plain path (tested) and only
-removes overhead: frames stay on the device as uint8, uint8 -> [-1, 1] is a 256-entry table
-built on the host with the same NumPy expression the plain path uses, the anchor frame's VAE
-encoder state is computed once per episode, and non-finite latents are checked once per
-denoising loop instead of every step. ``reuse_generated_latents`` (off by default, changes
-results) skips re-encoding the generated frames and feeds the last generated latent back as
-condition latent.
+Overheads removed, results unchanged: frames stay on the device as uint8; uint8 -> [-1, 1] is
+a 256-entry table built on the host with ``wmrl.pixels.u8_to_unit_np``; the anchor frame's VAE
+encoder state is computed once per episode (``encode_with_anchor`` gives the latents of
+encoding the whole clip bit for bit: tests/world_model/test_action_wan.py) and again only when
+the set of active envs changes; non-finite latents are checked once per denoising loop.
+``reuse_generated_latents`` (off by default, changes results) skips re-encoding the generated
+frames and feeds the last generated latent back as condition latent.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from wmrl.envs.initial_states import (
     group_state_ids,
     seed_reset_generator,
 )
-from wmrl.pixels import u8_to_unit_np, unit_to_u8_np, unit_to_u8_torch
+from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
 from wmrl.schema import WanEnvSchema, defaults
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
@@ -100,7 +100,6 @@ class WanWorldModelEnv:
         use_rel_reward: bool = _SETTINGS["use_rel_reward"],
         reward_coef: float = _SETTINGS["reward_coef"],
         seed: int = 0,
-        fast_path: bool = _SETTINGS["fast_path"],
         reuse_generated_latents: bool = _SETTINGS["reuse_generated_latents"],
         kir_reset: bool = _SETTINGS["kir_reset"],
         height: int | None = None,
@@ -127,7 +126,7 @@ class WanWorldModelEnv:
         self.condition_frames, self.num_inference_steps = condition_frames, num_inference_steps
         self.max_episode_steps, self.success_threshold = max_episode_steps, success_threshold
         self.use_rel_reward, self.reward_coef = use_rel_reward, float(reward_coef)
-        self.fast_path, self.reuse_generated_latents = fast_path, reuse_generated_latents
+        self.reuse_generated_latents = reuse_generated_latents
         self.kir_reset, self.action_dim = kir_reset, action_dim
         self.max_regenerations, self.height, self.width = max_regenerations, height, width
         self.seed, self.return_frames = seed, return_frames
@@ -154,7 +153,7 @@ class WanWorldModelEnv:
         self.states: InitialStates = build_initial_states(initial_states, height, width)
         if kir_reset and not self.states.has_context:
             raise ValueError("kir_reset=True needs context_frames/context_actions in initial_states")
-        # uint8 -> [-1, 1] lookup table, computed on the host with the plain path's expression
+        # uint8 -> [-1, 1] lookup table, computed on the host with the NumPy expression
         self._u8_table = torch.from_numpy(u8_to_unit_np(np.arange(256, dtype=np.uint8))).to(
             self.device
         )
@@ -174,14 +173,9 @@ class WanWorldModelEnv:
         self._noise_rng.manual_seed(int(seed))
         self._check_rng.manual_seed((int(seed) * 7 + 104_729) % (2**63 - 1))
 
-    def _to_unit(self, frames) -> torch.Tensor:
-        """uint8 [b, T, H, W, 3] (device tensor on the fast path, numpy on the plain path)
-        -> float [b, 3, T, H, W] in [-1, 1] on the device."""
-        if self.fast_path:
-            x = self._u8_table[frames.long()]
-        else:
-            x = torch.from_numpy(u8_to_unit_np(frames)).to(self.device)
-        return x.permute(0, 4, 1, 2, 3)
+    def _to_unit(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 [b, T, H, W, 3] on the device -> float [b, 3, T, H, W] in [-1, 1]."""
+        return self._u8_table[frames.long()].permute(0, 4, 1, 2, 3)
 
     def _zero_cond_actions(self, n: int) -> torch.Tensor:
         a = torch.zeros(n, self.condition_frames, self.action_dim, device=self.device)
@@ -218,12 +212,8 @@ class WanWorldModelEnv:
             frames = anchor[:, None].expand(-1, self.condition_frames, -1, -1, -1).contiguous()
         self._cond_actions = cond_actions
         self._tasks = [self.states.tasks[i] for i in ids.tolist()]
-        if self.fast_path:
-            self._frames = frames.to(self.device)
-            self._obs_image = self._frames[:, -1].clone()
-        else:
-            self._frames = frames.numpy().copy()
-            self._obs_image = torch.from_numpy(self._frames[:, -1].copy())
+        self._frames = frames.to(self.device)
+        self._obs_image = self._frames[:, -1].clone()
         b, dev = self.num_envs, self.device
         self._done = torch.zeros(b, dtype=torch.bool, device=dev)
         self._success = torch.zeros(b, dtype=torch.bool, device=dev)
@@ -234,7 +224,7 @@ class WanWorldModelEnv:
         self._gen_latents = None
         if hasattr(self.reward_model, "reset"):
             self.reward_model.reset()  # new episodes: drop per-env reward history
-        self._anchor = self._encode_anchor() if self.fast_path else None
+        self._anchor = self._encode_anchor()
         self._has_reset = True
         return self._obs()
 
@@ -247,25 +237,19 @@ class WanWorldModelEnv:
         return self.model.encode_anchor(self._to_unit(self._frames[rows][:, :1]))
 
     # ------------------------------------------------------------------ step
-    def _condition_latents(self, rows: torch.Tensor, rows_np: np.ndarray) -> torch.Tensor:
-        if self.reuse_generated_latents and self._gen_latents is not None:
-            anchor_lat = self._anchor_latent(rows)
-            keep = self.cond_latents - 1
-            return torch.cat([anchor_lat, self._gen_latents[rows][:, :, -keep:]], 2)
-        if self.fast_path:
-            if not torch.equal(self._anchor_rows, rows):
-                # batched convs are not bit-invariant to batch size (e.g. the 48-ch VAE on
-                # CPU): re-encode frame 0 for the new active set so results match the plain path
-                self._anchor = self._encode_anchor(rows)
-            rest = self._to_unit(self._frames[rows][:, 1:])
-            return self.model.encode_with_anchor(self._anchor, rest)
-        return self.model.encode(self._to_unit(self._frames[rows_np]))
-
-    def _anchor_latent(self, rows):
-        if self._anchor is None:  # plain path + reuse: encode frame 0 alone
-            return self.model.encode(self._to_unit(self._frames[rows.cpu().numpy()][:, :1]))
+    def _condition_latents(self, rows: torch.Tensor) -> torch.Tensor:
+        """Latents of the clip [anchor ; last generated frames] of the active ``rows``."""
         if not torch.equal(self._anchor_rows, rows):
+            # batched convs are not bit-invariant to batch size (e.g. the 48-ch VAE on CPU):
+            # re-encode frame 0 for the new active set, as encoding the whole clip would
             self._anchor = self._encode_anchor(rows)
+        if self.reuse_generated_latents and self._gen_latents is not None:
+            keep = self.cond_latents - 1
+            return torch.cat([self._anchor_latent(), self._gen_latents[rows][:, :, -keep:]], 2)
+        rest = self._to_unit(self._frames[rows][:, 1:])
+        return self.model.encode_with_anchor(self._anchor, rest)
+
+    def _anchor_latent(self) -> torch.Tensor:
         h = self.model.vae.quant_conv(self._anchor.out)
         return self.model.normalize(torch.chunk(h, 2, dim=1)[0])
 
@@ -276,13 +260,10 @@ class WanWorldModelEnv:
             # full-batch draw: an env's noise does not depend on which envs are still active
             noise = torch.randn(shape, generator=self._noise_rng, device=self.device)[rows]
             try:
-                new = self.model.generate(
-                    cond, actions, noise, self.num_inference_steps,
-                    check_each_step=not self.fast_path,
-                )
+                new = self.model.generate(cond, actions, noise, self.num_inference_steps)
             except FloatingPointError:
                 continue
-            if not self.fast_path or bool(torch.isfinite(new).all()):
+            if bool(torch.isfinite(new).all()):  # one check per denoising loop
                 return new, attempt
         raise FloatingPointError(
             f"world model produced NaN/Inf latents {self.max_regenerations + 1} times in a row "
@@ -314,12 +295,11 @@ class WanWorldModelEnv:
         rows = active.nonzero().flatten()
         regenerations = 0
         if rows.numel():
-            rows_np = rows.cpu().numpy()
             full_actions = torch.cat([self._cond_actions[rows], actions[rows]], 1)
             self._cond_actions[rows, 1:] = full_actions[:, -(self.condition_frames - 1):]
 
             tm = time.perf_counter()
-            cond = self._condition_latents(rows, rows_np)
+            cond = self._condition_latents(rows)
             new_lat, regenerations = self._generate(cond, full_actions, rows)
             video = self.model.decode(torch.cat([cond, new_lat], 2))[:, :, self.condition_frames:]
             self._sync()
@@ -330,21 +310,14 @@ class WanWorldModelEnv:
                 self._gen_latents[rows] = new_lat
 
             new_frames = video.permute(0, 2, 3, 4, 1)  # [b, C, H, W, 3]
-            keep = self.condition_frames - 1
-            if self.fast_path:
-                new_u8 = unit_to_u8_torch(new_frames)
-                self._frames[rows, 1:] = new_u8[:, -keep:]
-                self._obs_image[rows] = new_u8[:, -1]
-            else:
-                new_np = unit_to_u8_np(new_frames.cpu().numpy())
-                self._frames[rows_np, 1:] = new_np[:, -keep:]
-                self._obs_image[rows.cpu()] = torch.from_numpy(new_np[:, -1])
-                new_u8 = torch.from_numpy(new_np)
-
+            new_u8 = unit_to_u8_torch(new_frames)
+            self._frames[rows, 1:] = new_u8[:, -(self.condition_frames - 1):]
+            self._obs_image[rows] = new_u8[:, -1]
             if chunk_frames is not None:
-                chunk_frames[rows] = new_u8.to(self.device)
+                chunk_frames[rows] = new_u8
+            tasks = [self._tasks[i] for i in rows.tolist()]
             tr = time.perf_counter()
-            scores = self._score(new_u8, [self._tasks[i] for i in rows_np.tolist()], rows)
+            scores = self._score(new_u8, tasks, rows)
             self.timings["reward"] += time.perf_counter() - tr
             scores_full[rows] = scores
             if self.use_rel_reward:
@@ -368,7 +341,7 @@ class WanWorldModelEnv:
                 ended = rows[ending]
                 again = self._resample_scores(
                     cond[ending], full_actions[ending], ended,
-                    [self._tasks[i] for i in rows_np[ending.cpu().numpy()].tolist()])
+                    [tasks[i] for i in ending.tolist()])
                 self._resample_success[ended] = again.max(1).values >= self.success_threshold
                 if self.resample_return:
                     first, second = scores[ending, -1], again[:, -1]
@@ -426,7 +399,7 @@ class WanWorldModelEnv:
             v = getattr(self, name, None)
             if torch.is_tensor(v):
                 setattr(self, name, v.to(device))
-        if self.fast_path and getattr(self, "_frames", None) is not None:
+        if getattr(self, "_frames", None) is not None:
             self._frames = self._frames.to(device)
             self._obs_image = self._obs_image.to(device)
         if self._anchor is not None:
@@ -464,9 +437,8 @@ class WanWorldModelEnv:
             "has_reset": self._has_reset,
         }
         if self._has_reset:
-            frames = self._frames
             sd.update(
-                frames=frames.cpu() if torch.is_tensor(frames) else torch.from_numpy(frames.copy()),
+                frames=self._frames.cpu(),
                 obs_image=self._obs_image.cpu(),
                 state_ids=self._state_ids.clone(),
                 tasks=list(self._tasks),
@@ -488,12 +460,8 @@ class WanWorldModelEnv:
         frames = sd["frames"]
         if frames.shape[0] != self.num_envs:
             raise ValueError(f"state_dict is for {frames.shape[0]} envs, this env has {self.num_envs}")
-        if self.fast_path:
-            self._frames = frames.to(self.device).clone()
-            self._obs_image = sd["obs_image"].to(self.device).clone()
-        else:
-            self._frames = frames.numpy().copy()
-            self._obs_image = sd["obs_image"].clone()
+        self._frames = frames.to(self.device).clone()
+        self._obs_image = sd["obs_image"].to(self.device).clone()
         self._state_ids = sd["state_ids"].clone()
         self._tasks = list(sd["tasks"])
         for k in self._STATE_TENSORS[:-2]:
@@ -502,7 +470,7 @@ class WanWorldModelEnv:
         self._gen_latents = None if gl is None else gl.to(self.device).clone()
         # the anchor encoder state is a pure function of frame 0 and the active rows
         active = (~self._done).nonzero().flatten()
-        self._anchor = self._encode_anchor(active) if self.fast_path and active.numel() else None
+        self._anchor = self._encode_anchor(active) if active.numel() else None
 
     # ------------------------------------------------------------------ new weights
     @torch.no_grad()
