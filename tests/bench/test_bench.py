@@ -15,10 +15,12 @@ import wmrl.bench
 # defaults, the real sizes); a bench without an entry fails test_every_bench_has_a_tiny_size
 TINY = {
     "eval": {"episodes": 2, "num_envs": 2, "max_episode_steps": 8, "image_size": 32},
-    # one mode, the one with the fewest actors (each start imports torch and wmrl): the
-    # bench's code is the same for every mode, the modes themselves are tests/rollout's
+    # one mode, the one with the fewest actors (each start imports torch and wmrl), and only
+    # the run with overlap: the bench's code is the same for every mode and setting, the modes
+    # and the overlap themselves are tests/rollout's
     "placement": {"steps": 1, "num_envs": 2, "group_size": 2, "max_episode_steps": 8,
-                  "modes": (("collocated", 1),), "overrides": ("rollout.worker_threads=1",)},
+                  "modes": (("collocated", 1),), "overrides": ("rollout.worker_threads=1",),
+                  "compare_overlap": False},
     "policy": {"repeats": 1, "batch": 2, "rounds": 1},
     "reward": {"envs": 1, "chunk": 2, "real_image": 64, "repeats": (1, 1, 1)},
     "rlinf_import": {"layers": 1, "dim": 128, "ffn": 256, "shards_mib": (1,)},

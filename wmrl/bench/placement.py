@@ -58,16 +58,18 @@ def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool,
 
 
 def run(steps: int = 4, num_envs: int = 16, modes: tuple = MODES, group_size: int = 4,
-        max_episode_steps: int = 32, overrides: tuple[str, ...] = ()) -> list[dict]:
+        max_episode_steps: int = 32, overrides: tuple[str, ...] = (),
+        compare_overlap: bool = True) -> list[dict]:
     """``steps`` timed steps (after a warm-up step) per mode and ``rollout.overlap_resets``
     setting; ``modes``: (placement, pipeline stages) pairs. Each stage gets whole groups:
     ``num_envs`` a multiple of ``group_size`` x stages. ``overrides``: more Hydra overrides of
-    conf/fit.yaml."""
+    conf/fit.yaml. ``compare_overlap=False``: the overlap run only (half the fits)."""
     out = []
     sizes = {"group_size": group_size, "max_episode_steps": max_episode_steps,
              "overrides": tuple(overrides)}
     for placement, stages in modes:
-        plain, wall_plain = _fit(placement, stages, steps, num_envs, overlap=False, **sizes)
+        if compare_overlap:
+            plain, wall_plain = _fit(placement, stages, steps, num_envs, overlap=False, **sizes)
         hist, wall = _fit(placement, stages, steps, num_envs, overlap=True, **sizes)
 
         def mean(key: str, hist: list[dict] = hist) -> float:
@@ -80,6 +82,10 @@ def run(steps: int = 4, num_envs: int = 16, modes: tuple = MODES, group_size: in
                        if k.startswith("time/") and k != "time/idle_frac"}})
         out.append({"name": f"placement.{placement}.idle_fraction",
                     "value": round(mean("time/idle_frac"), 4), "unit": "fraction"})
+        if not compare_overlap:
+            out.append({"name": f"placement.{placement}.overlap_resets",
+                        "skipped": "compare_overlap=False (no run without overlap)"})
+            continue
         out.append({"name": f"placement.{placement}.overlap_resets",
                     "value": round(wall_plain / wall, 3), "unit": "x (step time off / on)",
                     "wall_step_s_off": round(wall_plain, 3), "wall_step_s_on": round(wall, 3),

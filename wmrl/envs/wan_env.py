@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from wmrl.envs.initial_states import (
+    OPEN_GRIPPER,
     InitialStates,
     build_initial_states,
     group_state_ids,
@@ -59,9 +60,6 @@ from wmrl.envs.initial_states import (
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
 from wmrl.schema import WanEnvSchema, defaults
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
-
-OPEN_GRIPPER = -1.0  # the gripper action of the condition slots after a reset (RLinf's
-                     # reset_gripper_open); an imported reset state without KIR context too
 
 
 def _build_reward(reward):

@@ -37,9 +37,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from wmrl.atomic import atomic_dir, write_text
-from wmrl.envs.initial_states import write_initial_states
-from wmrl.envs.wan_env import OPEN_GRIPPER
-from wmrl.world_model.action_wan import ACTION_WEIGHTS
+from wmrl.envs.initial_states import OPEN_GRIPPER, write_initial_states
+from wmrl.world_model.files import ACTION_WEIGHTS
 
 ACTION_PREFIXES = ("action_mlp1.", "action_mlp2.")
 # original-Wan / DiffSynth name -> diffusers WanTransformer3DModel name (regex, replacement)

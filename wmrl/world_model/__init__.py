@@ -1,10 +1,4 @@
-"""Action-conditioned Wan video world model (diffusers Wan DiT + VAE + action modules)."""
-
-from wmrl.world_model.action_wan import (
-    ActionConditioner,
-    ActionWanModel,
-    AnchorCache,
-    build_world_model,
-)
-
-__all__ = ["ActionConditioner", "ActionWanModel", "AnchorCache", "build_world_model"]
+"""Action-conditioned Wan video world model (diffusers Wan DiT + VAE + action modules):
+``wmrl.world_model.action_wan``. Nothing is imported here: diffusers takes ~10 s to import
+(its autoencoders package loads every autoencoder), which a process that only reads or writes
+a world-model directory (``wmrl.world_model.files``) does not need."""

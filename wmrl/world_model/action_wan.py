@@ -42,6 +42,7 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, pa
 from safetensors.torch import load_file, save_file
 
 from wmrl.atomic import atomic_dir
+from wmrl.world_model.files import ACTION_WEIGHTS
 from wmrl.world_model.sampler import (
     NUM_TRAIN_TIMESTEPS,
     euler_sample,
@@ -49,7 +50,6 @@ from wmrl.world_model.sampler import (
     training_sigmas,
 )
 
-ACTION_WEIGHTS = "action_modules.safetensors"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
