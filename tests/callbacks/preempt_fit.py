@@ -2,7 +2,7 @@
 appending metrics.csv, whose 2nd step announces itself (``<run_dir>/step2_started``) and
 lasts a few seconds, so the test can send SIGTERM during it.
 
-    python preempt_fit.py RUN_DIR MAX_STEPS EVERY_N_STEPS [CKPT_PATH]
+    python preempt_fit.py RUN_DIR MAX_STEPS EVERY_N_STEPS
 """
 
 import os
@@ -33,17 +33,16 @@ class SlowSecondStep(L.Callback):
             time.sleep(4)  # the SIGTERM arrives here, inside the step
 
 
-def main(run_dir: str, max_steps: int, every_n_steps: int, ckpt_path: str | None) -> None:
+def main(run_dir: str, max_steps: int, every_n_steps: int) -> None:
     import faulthandler
 
     faulthandler.dump_traceback_later(150, exit=True)  # a hang prints every stack, then exits
-    cfg = toy_cfg(run_dir, ckpt_path=ckpt_path, **{
+    cfg = toy_cfg(run_dir, **{
         "trainer.max_steps": max_steps, "checkpoint.every_n_steps": every_n_steps,
         "checkpoint.keep_last": 2, "rollout.ray_address": os.environ["WMRL_TEST_RAY_ADDRESS"],
         "logger": {"_target_": "callbacks.resumable_loggers.AppendingCSVLogger", "version": 0}})
-    fit(cfg, extra_callbacks=[] if ckpt_path else [SlowSecondStep(run_dir)])
+    fit(cfg, extra_callbacks=[SlowSecondStep(run_dir)])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
-         sys.argv[4] if len(sys.argv) > 4 else None)
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
