@@ -25,8 +25,10 @@ def toy_cfg(tmp_path, **over):
         "reward": None,
         "rollout": {"num_envs": 16, "group_size": 4, "rollout_epochs": 1,
                     "max_episode_steps": 16, "chunk": 8, "temperature": 1.0,
-                    "placement": "disaggregated", "pipeline_stages": 1,
-                    "num_env_workers": 2, "num_rollout_workers": 1, "worker_cpus": 0.5,
+                    # one actor (env and policy), as each actor start costs seconds of CPU;
+                    # the traced fit below runs separate env and policy actors
+                    "placement": "collocated", "pipeline_stages": 1,
+                    "num_env_workers": 1, "num_rollout_workers": 1, "worker_cpus": 0.5,
                     "worker_threads": 1, "ray_address": None, "ray_num_cpus": None,
                     "weight_sync": {"bucket_mb": 1, "delta": True, "zero_copy": True}},
         "algorithm": {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
@@ -81,7 +83,9 @@ def three_steps(tmp_path_factory, ray_local):
     run dir). Its resume is tests/test_resume.py's."""
     run_dir = tmp_path_factory.mktemp("three_steps")
     probe = WorkerProbe()
-    trainer, module = fit(toy_cfg(run_dir, **{"tracing": {"enabled": True}}),
+    trainer, module = fit(toy_cfg(run_dir, **{
+        "tracing": {"enabled": True}, "rollout.placement": "disaggregated",
+        "rollout.num_env_workers": 2}),
                           extra_callbacks=[probe])
     return trainer, module, probe, run_dir
 

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 
 def _fit(tmp_path, env, callbacks=(), **over):
     cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 4, "logger": None,
+                               "rollout.placement": "disaggregated",
                                "rollout.num_env_workers": 1, **over})
     cfg.env = env
     return fit(cfg, extra_callbacks=list(callbacks))
