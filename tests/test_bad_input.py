@@ -46,6 +46,8 @@ BAD = [
                                      r"\[0, 1\]"),
     (["env.num_inference_steps=0"], r"env.num_inference_steps=0 is not allowed: must be > 0"),
     (["env.resample_return=max"], r"env.resample_return: .*'max'.*\[min, mean\]"),
+    (["algorithm.drop_unrepeatable=true", "env.resample_check=false"],
+     r"algorithm.drop_unrepeatable=true .* set env.resample_check=true"),
     (["+env.num_envs=8"], r"env.num_envs=8 conflicts with the rollout's 64 per env worker"),
     (["policy.pretrained_path=/nope/policy"],
      r"policy.pretrained_path=/nope/policy does not exist: point it at a save_pretrained"),

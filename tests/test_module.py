@@ -281,3 +281,25 @@ def test_a_rollout_of_another_version_is_refused_and_every_step_syncs(tmp_path):
     with pytest.raises(RuntimeError, match="rollout used policy version 3 but the trainer is "
                                            "at 0: weight sync did not reach"):
         fit(module, [hand_batch(3)], tmp_path)
+
+
+def test_unrepeatable_episodes_are_dropped_from_the_update(tmp_path):
+    """hand_batch with the env's second verdicts: the success of trajectory 0 is not repeated,
+    so group 0 keeps one failure (flat): nothing trains, and a quarter of the episodes is
+    dropped. Second verdicts that agree: the update of the plain test."""
+    batch = hand_batch()
+    batch.resample_success = torch.tensor([False, False, False, False])
+    module = make_module(drop_unrepeatable=True)
+    fit(module, [batch], tmp_path)
+    m = module.last_metrics
+    assert m["rollout/dropped_unrepeatable"] == 0.25 and m["rollout/kept_groups"] == 0.0
+    assert module.policy.bias.detach().abs().max() == 0
+    agree = hand_batch()
+    agree.resample_success = agree.success.clone()
+    module = make_module(drop_unrepeatable=True)
+    fit(module, [agree], tmp_path)
+    assert module.last_metrics["rollout/dropped_unrepeatable"] == 0.0
+    assert module.last_metrics["rollout/kept_groups"] == 0.5
+    assert torch.allclose(module.policy.bias.detach()[:, 10], torch.full((56,), 0.1), atol=1e-5)
+    with pytest.raises(ValueError, match="env.resample_check=true"):
+        fit(make_module(drop_unrepeatable=True), [hand_batch()], tmp_path)

@@ -101,6 +101,11 @@ def validate(cfg: DictConfig) -> None:
             f"algorithm.global_batch={a.global_batch} is not divisible by "
             f"algorithm.micro_batch={a.micro_batch}"
         )
+    if a.get("drop_unrepeatable") and not (cfg.get("env") or {}).get("resample_check"):
+        raise ConfigError(
+            "algorithm.drop_unrepeatable=true leaves out the episodes whose two imagined "
+            "verdicts disagree, which the env's resample check gives: set "
+            "env.resample_check=true (a world-model env: WanWorldModelEnv)")
     strategy = cfg.get("strategy") or {}
     if strategy.get("gradient_clip_norm") is not None and a.get("grad_clip") is not None:
         raise ConfigError(
@@ -136,9 +141,12 @@ def check_paths(cfg: DictConfig) -> None:
         check_checkpoint(cfg.ckpt_path, to_container(cfg.policy), "ckpt_path")
 
 
+CONFIG_KEY = "wmrl_config"  # checkpoint[CONFIG_KEY]: the resolved run config as plain data
+
+
 def read_checkpoint_meta(path: str, key: str = "ckpt_path") -> dict:
     """The checkpoint's bookkeeping (no tensor is read: memory-mapped): ``global_step`` and,
-    when it was written by wmrl, the resolved run config ``wmrl_config``."""
+    when it was written by wmrl, the resolved run config ``CONFIG_KEY``."""
     if not os.path.isfile(path):
         raise ConfigError(f"{key}={path} does not exist or is not a file: pass a saved .ckpt "
                           "(<run_dir>/checkpoints/last.ckpt)")
@@ -151,7 +159,7 @@ def read_checkpoint_meta(path: str, key: str = "ckpt_path") -> dict:
     if not isinstance(ckpt, dict) or not {"state_dict", "global_step"} <= set(ckpt):
         raise ConfigError(f"{key}={path} is not a Lightning checkpoint (no state_dict / "
                           "global_step): pass a .ckpt that scripts/fit.py wrote")
-    return {"global_step": ckpt["global_step"], "wmrl_config": ckpt.get("wmrl_config")}
+    return {"global_step": ckpt["global_step"], CONFIG_KEY: ckpt.get(CONFIG_KEY)}
 
 
 # policy keys that may differ between the run that trained a checkpoint and the one that loads
@@ -176,7 +184,7 @@ def policy_config_diff(saved: dict, given: dict, prefix: str = "policy") -> list
 def check_checkpoint(path: str, policy: dict, key: str = "ckpt_path") -> dict:
     """A Lightning checkpoint whose policy config (when recorded) is ``policy``."""
     meta = read_checkpoint_meta(path, key)
-    saved = (meta["wmrl_config"] or {}).get("policy")
+    saved = (meta[CONFIG_KEY] or {}).get("policy")
     if saved is not None:
         diff = policy_config_diff(saved, policy)
         if diff:

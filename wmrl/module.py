@@ -21,7 +21,10 @@ tracing, checkpoints, step summaries).
 ``update``:
 
 1. returns and step masks (``trajectory_returns``), group-normalised advantages, and the
-   group filter (all-fail / all-success groups carry no gradient and are dropped);
+   group filter (all-fail / all-success groups carry no gradient and are dropped); with
+   ``drop_unrepeatable`` (needs ``env.resample_check``) the episodes whose two imagined
+   verdicts disagree are left out first (``grpo.unrepeatable_episodes``), from the update and
+   from their group's statistics (``rollout/dropped_unrepeatable``: their share);
 2. the valid (trajectory, chunk) samples are shuffled and cut into mini-batches of
    ``global_batch`` samples, each one optimizer step; a mini-batch is processed in
    ``micro_batch`` pieces whose losses are weighted so their sum is exactly the mini-batch
@@ -149,6 +152,7 @@ class GRPOModule(L.LightningModule):
         seed: int = 0,
         max_nonfinite_steps: int = _ALGORITHM["max_nonfinite_steps"],
         kl_coef: float = _ALGORITHM["kl_coef"],
+        drop_unrepeatable: bool = _ALGORITHM["drop_unrepeatable"],
         pace: dict | None = None,
     ):
         super().__init__()
@@ -174,6 +178,7 @@ class GRPOModule(L.LightningModule):
         self.aggregation = aggregation
         self.advantage_scale = advantage_scale
         self.filter_groups = filter_groups
+        self.drop_unrepeatable = drop_unrepeatable
         self.return_filter = None if return_filter is None else tuple(return_filter)
         self.global_batch = global_batch
         self.micro_batch = micro_batch
@@ -350,12 +355,21 @@ class GRPOModule(L.LightningModule):
         n, k, per_chunk = batch.tokens.shape
         returns, step_mask = grpo.trajectory_returns(batch.rewards.float(), batch.dones)
         chunk_mask = step_mask.view(n, k, -1)[:, :, 0]  # a chunk is valid if its 1st step is
-        advantages = grpo.group_advantages(returns, self.group_size, scale=self.advantage_scale)
+        valid = None  # episodes the world model repeats (all, unless drop_unrepeatable)
+        if self.drop_unrepeatable:
+            if batch.resample_success is None:
+                raise ValueError("algorithm.drop_unrepeatable=true needs the env's second "
+                                 "verdict on each episode: set env.resample_check=true")
+            valid = ~grpo.unrepeatable_episodes(batch.success, batch.resample_success)
+        advantages = grpo.group_advantages(returns, self.group_size, scale=self.advantage_scale,
+                                           valid=valid)
         success = batch.success.float()
-        keep = (grpo.informative_groups(success, self.group_size) if self.filter_groups
+        keep = (grpo.informative_groups(success, self.group_size, valid) if self.filter_groups
                 else torch.ones(n, dtype=torch.bool))
         if self.return_filter is not None:
             keep &= grpo.return_filtered_groups(returns, self.group_size, *self.return_filter)
+        if valid is not None:
+            keep &= valid
         opt = self.optimizers()
         metrics = {
             "train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's
@@ -367,6 +381,8 @@ class GRPOModule(L.LightningModule):
         }
         if batch.resample_success is not None:
             metrics.update(resample_metrics(batch.success, batch.resample_success))
+        if valid is not None:
+            metrics["rollout/dropped_unrepeatable"] = 1.0 - valid.float().mean().item()
         rows = keep.nonzero().squeeze(1)
         token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
         world = self.trainer.world_size

@@ -12,6 +12,7 @@ from wmrl.algorithms.grpo import (
     policy_loss,
     return_filtered_groups,
     trajectory_returns,
+    unrepeatable_episodes,
 )
 
 
@@ -193,3 +194,33 @@ def test_kl_penalty_to_the_reference_by_hand():
     assert m["ref_kl"].item() == pytest.approx(0.5 + math.log(2) - 1)
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(lp, lp, torch.zeros(1), torch.ones(1, 1), kl_coef=0.1)
+
+
+def test_unrepeatable_episodes_leave_their_group_statistics():
+    """A group of 4 with successes [1, 1, 0, 0] whose second draws say [1, 0, 0, 0]: episode 1
+    is left out; the others' returns [1, 0, 0] have mean 1/3 and unbiased std sqrt(1/3)."""
+    success = torch.tensor([1, 1, 0, 0, 1, 0, 0, 0])
+    again = torch.tensor([1, 0, 0, 0, 1, 0, 1, 0])
+    valid = ~unrepeatable_episodes(success, again)
+    assert valid.tolist() == [True, False, True, True, True, True, False, True]
+    adv = group_advantages(success.float(), 4, eps=0.0, valid=valid)
+    s = math.sqrt(1 / 3)
+    assert torch.allclose(adv[:4], torch.tensor([(2 / 3) / s, 0.0, -(1 / 3) / s, -(1 / 3) / s]))
+    # group 2 keeps [1, 0, 0]: the same figures at rows 4, 5, 7
+    assert torch.allclose(adv[4:], torch.tensor([(2 / 3) / s, -(1 / 3) / s, 0.0, -(1 / 3) / s]))
+    dr = group_advantages(success.float(), 4, scale="none", valid=valid)
+    assert torch.allclose(dr[:4], torch.tensor([2 / 3, 0.0, -1 / 3, -1 / 3]))
+    # all valid: the plain advantages, exactly
+    ones = torch.ones(8, dtype=torch.bool)
+    assert torch.equal(group_advantages(success.float(), 4, valid=ones),
+                       group_advantages(success.float(), 4))
+
+
+def test_informative_groups_judge_the_valid_episodes():
+    """[1, 0] with the success left out is a flat group of one failure; a group with one valid
+    episode has no variance either."""
+    success = torch.tensor([1, 0, 1, 0, 1, 1])
+    valid = torch.tensor([False, True, True, True, True, False])
+    assert informative_groups(success, 2, valid).tolist() == \
+        [False, False, True, True, False, False]
+    assert informative_groups(success, 2).tolist() == [True, True, True, True, False, False]

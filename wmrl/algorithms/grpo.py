@@ -18,6 +18,14 @@ Groups kept for the update (the rest give no gradient): ``informative_groups`` d
 whose successes are all 0 or all 1; ``return_filtered_groups`` keeps groups whose mean return
 lies in [low, high] (RLinf's return filter).
 
+Episodes the world model cannot repeat (``unrepeatable_episodes``): with the env's resample
+check, each episode's deciding chunk is imagined twice from independent noise; an episode
+whose two verdicts disagree (success_i != resampled_i) won or lost by the world model's draw,
+not by its actions. Left out (``valid`` = False), it gives no gradient and no statistics: its
+group's mean and std are taken over the valid rows V_g (|V_g| >= 2, else the group is flat)::
+
+    A_i = (R_i - mean_{V_g} R) / (std_{V_g} R + eps)   for i in V_g;  A_i = 0 otherwise
+
 Clipped surrogate per token (``policy_loss``), rho = exp(logp - logp_old)::
 
     l_t = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))
@@ -84,24 +92,54 @@ def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def group_advantages(
-    returns: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group"
+    returns: torch.Tensor, group_size: int, eps: float = 1e-6, scale: str = "group",
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """returns [N] -> advantages [N], normalised within consecutive groups of ``group_size``."""
+    """returns [N] -> advantages [N], normalised within consecutive groups of ``group_size``;
+    ``valid`` [N] bool: only those rows make their group's statistics, the others get 0."""
+    if scale not in ("group", "none"):
+        raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
     g = _groups(returns.float(), group_size)
+    if valid is not None:
+        return _valid_group_advantages(g, _groups(valid.bool(), group_size), eps, scale)
     centred = g - g.mean(dim=1, keepdim=True)
     if scale == "group":
         std = g.std(dim=1, unbiased=True, keepdim=True) if group_size > 1 else torch.zeros_like(g)
         centred = centred / (std + eps)
-    elif scale != "none":
-        raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
     return centred.reshape(-1)
 
 
-def informative_groups(success: torch.Tensor, group_size: int) -> torch.Tensor:
+def _valid_group_advantages(g: torch.Tensor, v: torch.Tensor, eps: float,
+                            scale: str) -> torch.Tensor:
+    """``group_advantages`` over the valid rows ``v`` [groups, group_size] of each group."""
+    w = v.float()
+    n = w.sum(dim=1, keepdim=True)
+    mean = (g * w).sum(dim=1, keepdim=True) / n.clamp(min=1)
+    centred = (g - mean) * w
+    if scale == "group":
+        var = (centred ** 2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+        std = torch.where(n > 1, var.sqrt(), torch.zeros_like(var))
+        centred = centred / (std + eps)
+    return centred.reshape(-1)
+
+
+def unrepeatable_episodes(success: torch.Tensor, resample_success: torch.Tensor) -> torch.Tensor:
+    """success, resample_success [N] (the env's two imagined verdicts on each episode's
+    deciding chunk) -> [N] bool: True where they disagree."""
+    return success.bool() != resample_success.bool()
+
+
+def informative_groups(success: torch.Tensor, group_size: int,
+                       valid: torch.Tensor | None = None) -> torch.Tensor:
     """success [N] (binary) -> keep [N] bool: False for rows of groups that all failed or all
-    succeeded (zero advantage variance, no gradient)."""
+    succeeded (zero advantage variance, no gradient); with ``valid`` [N] bool, judged on the
+    valid rows only."""
     g = _groups(success.float(), group_size)
-    rate = g.mean(dim=1, keepdim=True)
+    if valid is None:
+        rate = g.mean(dim=1, keepdim=True)
+    else:
+        w = _groups(valid.bool(), group_size).float()
+        rate = (g * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp(min=1)
     keep = (rate > 0) & (rate < 1)
     return keep.expand_as(g).reshape(-1)
 
