@@ -11,8 +11,8 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from wmrl.atomic import write_text
+from wmrl.config import CONFIG_KEY
 
-CONFIG_KEY = "wmrl_config"  # checkpoint[CONFIG_KEY]: the resolved config as plain data
 CONFIG_FILE = "config.yaml"
 HEADER = ("# The resolved config of this run (callbacks/run_record.py). Repeat it with\n"
           "#   python scripts/fit.py --config-dir <this dir> --config-name config "
@@ -20,7 +20,7 @@ HEADER = ("# The resolved config of this run (callbacks/run_record.py). Repeat i
 
 
 class RunRecordCallback(L.Callback):
-    """``checkpoint["wmrl_config"]`` = ``config`` in every checkpoint (``scripts/eval.py``
+    """``checkpoint[CONFIG_KEY]`` = ``config`` in every checkpoint (``scripts/eval.py``
     checks its policy against it; plain dicts, so ``torch.load(weights_only=True)`` reads it),
     and ``<run_dir>/config.yaml`` at fit start, so the run can be repeated from its dir. At fit
     start the config also goes to every logger (``log_hyperparams``: a CSVLogger's

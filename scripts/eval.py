@@ -31,9 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from callbacks.run_record import CONFIG_KEY  # noqa: E402
 from wmrl.asset_checks import check_policy  # noqa: E402
-from wmrl.config import ConfigError, build, check_checkpoint  # noqa: E402
+from wmrl.config import CONFIG_KEY, ConfigError, build, check_checkpoint  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 
 PREFIX = "policy."

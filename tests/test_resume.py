@@ -1,11 +1,12 @@
 """Runs are reproducible: a run stopped at step 2 and resumed from its last.ckpt ends where a
 straight run of the same config ends (weights, AdamW state, the lr schedule's place), and the
-default tabletop fit passes through the same weights however often the simulator evaluates."""
+tabletop fit passes through the same weights however often the simulator evaluates."""
 
 import os
 
 import pytest
 import torch
+import yaml
 from test_fit_toy import toy_cfg
 
 from wmrl.fit import fit
@@ -61,20 +62,25 @@ def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
     assert sorted(os.listdir(ckpts)) == ["last.ckpt", "step-000004.ckpt"]
 
 
-def test_default_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alone(tmp_path,
-                                                                                 ray_local):
+def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alone(
+        tmp_path, ray_local, monkeypatch):
     """The shipped assets (policy, world model with its resample check, reward) at a tiny batch
-    and 2-chunk episodes, the simulator scoring train and unseen scenes. A 2-step run evaluating after every step and
-    a 3-step run evaluating every 2nd step pass through the same step-2 weights and AdamW state
-    (the extra eval at step 1 leaves training alone, and a longer run's step-N checkpoint is the
-    N-step run's policy: scripts/choose_run_length.py), score the same weights the same (steps
-    0 and 2) and see the same exploitation signal in their common steps."""
+    and 2-chunk episodes, GRPO starting from a pool of 16 scenes (``experiment=train_pool``,
+    rendered into a fresh cache) and leaving out the episodes the world model does not repeat,
+    the simulator scoring the task's scenes and the unseen ones. A 2-step run evaluating after
+    every step and a 3-step run evaluating every 2nd step pass through the same step-2 weights
+    and AdamW state (the extra eval at step 1 leaves training alone, and a longer run's step-N
+    checkpoint is the N-step run's policy: scripts/choose_run_length.py), score the same
+    weights the same (steps 0 and 2) and see the same exploitation signal in their common
+    steps. (The plain default fit: the placement bench's, tests/bench.)"""
     import json
 
     from conftest import CONF_DIR
     from hydra import compose, initialize_config_dir
 
-    tiny = ["logger=csv", "rollout.num_envs=8", "rollout.group_size=4", "task.max_episode_steps=16",
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "cache"))
+    tiny = ["experiment=train_pool", "task.train_pool.size=16", "algorithm.drop_unrepeatable=true",
+            "logger=csv", "rollout.num_envs=8", "rollout.group_size=4", "task.max_episode_steps=16",
             "algorithm.global_batch=64", "algorithm.filter_groups=false",  # (few successes)
             "callbacks.sim_eval.episodes_per_task=6",
             "+callbacks.sim_eval.num_envs=6", "+callbacks.sim_eval.num_videos=0"]
@@ -102,6 +108,9 @@ def test_default_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alon
     assert "sim_unseen/success" in ha[-1] and "sim_unseen/success" in hl[-1]  # at the end
     from wmrl.run_logs import read_metric
 
-    fragile = [read_metric(str(tmp_path / n), "wm/fragile_success").values for n in ("a", "long")]
-    assert len(fragile[0]) == 2 and len(fragile[1]) == 3
-    assert (fragile[0] == fragile[1][:2]).all()
+    for key in ("wm/fragile_success", "rollout/dropped_unrepeatable"):
+        a_, long_ = (read_metric(str(tmp_path / n), key).values for n in ("a", "long"))
+        assert len(a_) == 2 and len(long_) == 3 and (a_ == long_[:2]).all(), key
+    pool = tmp_path / "cache" / "train_pool" / "red_of_two-front_close-64x64-seed3-n16"
+    config = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert config["env"]["initial_states"] == str(pool) and len(os.listdir(pool)) == 2

@@ -14,6 +14,7 @@ from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
 from wmrl.config import build, check_paths, to_container, validate
 from wmrl.module import GRPOModule
+from wmrl.pipeline.train_pool import start_from_pool
 from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.schema import with_defaults
 
@@ -73,6 +74,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     validate(cfg)  # before Ray or any model starts
     check_paths(cfg)
     cfg = with_defaults(cfg)  # what a group leaves out: its schema's default (wmrl/schema.py)
+    cfg = start_from_pool(cfg)  # task.train_pool: GRPO's scenes apart from the sim eval's
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)  # first: its config checks are cheap, the policy is not
     module = build_module(cfg)

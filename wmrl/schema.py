@@ -132,6 +132,7 @@ class AlgorithmSchema:
     gradient_accumulation: bool = True
     max_nonfinite_steps: int = 3
     kl_coef: float = 0.0
+    drop_unrepeatable: bool = False
 
     def __post_init__(self) -> None:
         _positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch", "micro_batch",
@@ -195,6 +196,18 @@ class WanEnvSchema:
 
 
 @dataclass
+class TrainPoolSchema:
+    """``task.train_pool``: the scenes GRPO starts from, apart from every evaluation set:
+    ``size`` scenes of the task drawn with ``seed`` (a seed no evaluation uses), their first
+    frames rendered by the simulator once and cached in ``dir`` (null: under
+    ``$WMRL_CACHE``, default ``~/.cache/wmrl``; ``wmrl.pipeline.train_pool``)."""
+
+    seed: int = 3
+    size: int = 2048
+    dir: Optional[str] = None
+
+
+@dataclass
 class TaskSchema:
     """``task`` (conf/task): the tabletop task that the env, the rollout, the sim eval and the
     asset pipeline interpolate. The defaults are the shipped assets' task. A group file states
@@ -207,6 +220,7 @@ class TaskSchema:
     eval_seed: int = 0
     num_states: int = 256
     unseen_eval_seed: int = 1
+    train_pool: Optional[TrainPoolSchema] = None  # null: GRPO starts from the eval_seed scenes
 
     def __post_init__(self) -> None:
         _require("task.name", self.name, self.name in tabletop.TASK_NAMES,
@@ -218,6 +232,13 @@ class TaskSchema:
         _require("task.image_size", size, len(size) == 2 and min(size) > 0,
                  "[H, W]: two positive ints")
         _positive("task", self, "max_episode_steps", "num_states")
+        if self.train_pool is not None:
+            _positive("task.train_pool", self.train_pool, "size")
+            evals = {self.eval_seed, self.unseen_eval_seed}
+            _require("task.train_pool.seed", self.train_pool.seed,
+                     self.train_pool.seed not in evals,
+                     f"a seed no evaluation uses (task.eval_seed={self.eval_seed} and "
+                     f"task.unseen_eval_seed={self.unseen_eval_seed} are scored by the sim eval)")
 
 
 # config dtype names -> torch's: the one table of the policy's loaders and TOPReward
