@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
-from wmrl.config import ConfigError, build, to_container  # noqa: E402
+from wmrl.config import ConfigError, build, check_held_out_seed, to_container  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy  # noqa: E402
 from wmrl.pipeline.threshold_calibration import (  # noqa: E402
@@ -54,9 +54,7 @@ def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_e
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("fit", overrides=overrides)
     task = cfg.task
-    if eval_seed in (task.eval_seed, task.unseen_eval_seed):
-        raise ConfigError(f"--eval-seed {eval_seed} is the training (task.eval_seed) or unseen "
-                          "(task.unseen_eval_seed) scene set: calibrate on another one")
+    check_held_out_seed(task, eval_seed, "calibrate")
     temperature = float(cfg.callbacks.sim_eval.temperature)
     policy = _load_policy(to_container(cfg.policy), ckpt)
     size = tuple(task.image_size)

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
-from wmrl.config import ConfigError, to_container  # noqa: E402
+from wmrl.config import ConfigError, check_held_out_seed, to_container  # noqa: E402
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
 
@@ -89,10 +89,7 @@ def score(runs: list[str], eval_seed: int = 2, states: int = 256,
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("eval", overrides=list(overrides or []))
     task = cfg.task
-    if eval_seed in (task.eval_seed, task.unseen_eval_seed):
-        raise ConfigError(f"--eval-seed {eval_seed} is the training (task.eval_seed) or unseen "
-                          "(task.unseen_eval_seed) scene set, which results are reported on: "
-                          "choose the run length on another one")
+    check_held_out_seed(task, eval_seed, "choose the run length")
     base = to_container(cfg)
     base["env"] = dict(base["env"], eval_seed=eval_seed)
     base["episodes_per_task"] = states

@@ -13,14 +13,18 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.config import ConfigError  # noqa: E402
+from wmrl.config import ConfigError, check_paths, validate  # noqa: E402
 
 
 @hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from wmrl.fit import fit
-
     try:
+        # the checks before Lightning and the trainer load (~10 s): a bad setting or a
+        # damaged asset is one line and exit 2 within seconds (fit checks again, at no cost)
+        validate(cfg)
+        check_paths(cfg)
+        from wmrl.fit import fit
+
         fit(cfg)
     except ConfigError as err:
         if os.environ.get("WMRL_FULL_ERROR") == "1":

@@ -59,6 +59,8 @@ def test_refuses_the_reported_scene_sets(tmp_path):
     for seed in (0, 1):  # task.eval_seed, task.unseen_eval_seed
         with pytest.raises(ConfigError, match="choose the run length on another one"):
             crl.score([str(tmp_path)], eval_seed=seed)
+    with pytest.raises(ConfigError, match=r"--eval-seed 3 is the training pool's"):
+        crl.score([str(tmp_path)], eval_seed=3, overrides=["task.train_pool={seed:3,size:8}"])
 
 
 def test_scores_every_step_checkpoint_in_the_simulator(tmp_path):

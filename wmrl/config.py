@@ -135,10 +135,22 @@ def check_paths(cfg: DictConfig) -> None:
         if isinstance(value, str) and not os.path.exists(value):
             raise ConfigError(f"{key}={value} does not exist: point it at {what} on this "
                               "machine (docs/checkpoints.md)")
-    check_accelerator(cfg)
     check_assets(cfg)
     if cfg.get("ckpt_path"):
         check_checkpoint(cfg.ckpt_path, to_container(cfg.policy), "ckpt_path")
+    check_accelerator(cfg)  # last: it loads Lightning (seconds), the checks above need none
+
+
+def check_held_out_seed(task, eval_seed: int, purpose: str) -> None:
+    """A scene set for a choice (``purpose``) must be none the run trains on or reports:
+    not ``task.eval_seed``, ``task.unseen_eval_seed`` nor ``task.train_pool.seed``."""
+    used = {task.eval_seed: "the sim eval's (task.eval_seed)",
+            task.unseen_eval_seed: "the unseen (task.unseen_eval_seed)"}
+    if task.get("train_pool"):
+        used[task.train_pool.seed] = "the training pool's (task.train_pool.seed)"
+    if eval_seed in used:
+        raise ConfigError(f"--eval-seed {eval_seed} is {used[eval_seed]} scene set, which "
+                          f"results are reported on or trained on: {purpose} on another one")
 
 
 CONFIG_KEY = "wmrl_config"  # checkpoint[CONFIG_KEY]: the resolved run config as plain data
