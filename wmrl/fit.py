@@ -13,8 +13,8 @@ from callbacks.preemption import PREEMPTED_EXIT_CODE
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
 from wmrl.config import build, check_paths, to_container, validate
+from wmrl.envs.train_pool import start_from_pool
 from wmrl.module import GRPOModule
-from wmrl.pipeline.train_pool import start_from_pool
 from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.schema import with_defaults
 

@@ -200,7 +200,7 @@ class TrainPoolSchema:
     """``task.train_pool``: the scenes GRPO starts from, apart from every evaluation set:
     ``size`` scenes of the task drawn with ``seed`` (a seed no evaluation uses), their first
     frames rendered by the simulator once and cached in ``dir`` (null: under
-    ``$WMRL_CACHE``, default ``~/.cache/wmrl``; ``wmrl.pipeline.train_pool``)."""
+    ``$WMRL_CACHE``, default ``~/.cache/wmrl``; ``wmrl.envs.train_pool``)."""
 
     seed: int = 3
     size: int = 2048

@@ -7,8 +7,8 @@ import pytest
 from test_config import fit_cfg
 
 from wmrl.config import ConfigError, validate
+from wmrl.envs import train_pool
 from wmrl.envs.initial_states import load_initial_states
-from wmrl.pipeline import train_pool
 from wmrl.schema import with_defaults
 from wmrl.sim.tabletop import TabletopEnv
 
