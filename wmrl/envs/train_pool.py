@@ -18,12 +18,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig, open_dict
 
 from wmrl.atomic import atomic_dir
 from wmrl.envs.initial_states import load_initial_states, write_initial_states
 from wmrl.errors import ConfigError
 from wmrl.sim.tabletop import initial_frames
+
+
+def write_scene_frames(path, tasks, num_states: int, seed: int, image_size,
+                       **env_kwargs) -> Path:
+    """The first frames of scenes 0..n-1 of each task at ``seed``, rendered by the simulator,
+    as an initial-states directory (written whole or not at all)."""
+    frames, texts = [], []
+    for task in tasks:
+        f, t = initial_frames(task, num_states, seed=seed, image_size=image_size, **env_kwargs)
+        frames.append(f)
+        texts += t
+    with atomic_dir(path) as tmp:
+        write_initial_states(tmp, np.concatenate(frames), texts)
+    return Path(path)
 
 
 def pool_dir(task) -> Path:
@@ -45,10 +60,7 @@ def ensure_pool(task) -> Path:
     path, pool = pool_dir(task), task.train_pool
     h, w = task.image_size
     if not path.exists():
-        frames, texts = initial_frames(task.name, pool.size, seed=pool.seed,
-                                       image_size=(h, w), camera=task.camera)
-        with atomic_dir(path) as tmp:
-            write_initial_states(tmp, frames, texts)
+        write_scene_frames(path, [task.name], pool.size, pool.seed, (h, w), camera=task.camera)
     states = load_initial_states(path)
     if len(states) != pool.size or tuple(states.frames.shape[1:3]) != (h, w):
         raise ConfigError(

@@ -32,11 +32,12 @@ import numpy as np
 import torch
 
 from wmrl.algorithms.lr_schedule import lr_multiplier
-from wmrl.envs.initial_states import InitialStates, write_initial_states
+from wmrl.envs.initial_states import InitialStates
+from wmrl.envs.train_pool import write_scene_frames
 from wmrl.pipeline.dataset import TrajectoryDataset
 from wmrl.pipeline.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
-from wmrl.sim.tabletop import initial_frames, task_by_name
+from wmrl.sim.tabletop import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
 
 CONDITION_FRAMES = 5
@@ -439,9 +440,4 @@ def write_sim_initial_states(out_dir: str | Path, tasks: Sequence[str], num_stat
     """The simulator's fixed evaluation scenes (states 0..n-1 of each task at ``eval_seed``)
     as world-model initial states: RL in the world model starts where evaluation starts."""
     size = tuple(image_size) if isinstance(image_size, (list, tuple)) else int(image_size)
-    frames, texts = [], []
-    for task in tasks:
-        f, t = initial_frames(task, num_states, seed=eval_seed, image_size=size)
-        frames.append(f)
-        texts += t
-    return write_initial_states(out_dir, np.concatenate(frames), texts)
+    return write_scene_frames(out_dir, tasks, num_states, eval_seed, size)
