@@ -76,8 +76,14 @@ class SimEvalCallback(L.Callback):
 
     # ---- hooks ------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.at_start:
+        if self.start_due(trainer.global_step):
             self._run(trainer, pl_module, unseen=True)
+
+    def start_due(self, step: int) -> bool:
+        """The eval at the start: the base policy's (step 0), or a resumed run's first when its
+        checkpoint holds none; a run resumed after its evals began goes on without one (the
+        resumed weights are the checkpoint's, already scored or due at the next interval)."""
+        return self.at_start and (step == 0 or not self.history)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -3,6 +3,7 @@
     python scripts/fit.py                                  # short CPU run, tiny models
     python scripts/fit.py trainer.max_steps=2 rollout.num_envs=8 logger=csv
     python scripts/fit.py ckpt_path=outputs/.../checkpoints/last.ckpt   # resume
+    python scripts/fit.py ckpt_path=last hydra.run.dir=outputs/...     # the same, same run dir
 """
 
 import os
@@ -13,7 +14,7 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.config import ConfigError, check_paths, validate  # noqa: E402
+from wmrl.config import ConfigError, check_paths, resolve_ckpt_path, validate  # noqa: E402
 
 
 @hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
@@ -21,7 +22,7 @@ def main(cfg: DictConfig) -> None:
     try:
         # the checks before Lightning and the trainer load (~10 s): a bad setting or a
         # damaged asset is one line and exit 2 within seconds (fit checks again, at no cost)
-        validate(cfg)
+        validate(resolve_ckpt_path(cfg))
         check_paths(cfg)
         from wmrl.fit import fit
 

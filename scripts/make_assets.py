@@ -10,9 +10,15 @@
 5. the reward classifier on simulator frames and their VAE reconstructions (so it also fires
    on the world model's blurrier frames), labelled by the simulator;
 6. the world model's replay check against the simulator with that reward, on the policy's
-   held-out rollouts from the evaluation scenes.
+   held-out rollouts from the evaluation scenes;
+7. the reward fitted to the world model's imagination (``reward_on_imagination``, loaded by
+   ``experiment=reward_on_imagination``): the reward of stage 5 fine-tuned on the world
+   model's open-loop replays of 256 fresh SFT-policy episodes (random scenes of seed 41),
+   each imagined frame labelled by the simulator (scripts/fit_reward_to_imagination.py).
 
     python scripts/make_assets.py [--data DIR] [--assets DIR] [--recipe paced|random_scenes]
+    python scripts/make_assets.py --stage reward_on_imagination   # stage 7 alone, on the
+                                                                  # assets already in --assets
 
 The default recipe, ``paced`` (the shipped assets), makes them for ``red_of_two`` (two-slot
 scenes): expert data at noise 0 / 0.3 / 0.6 with a per-episode top speed in [0.2, 1], a base
@@ -77,12 +83,39 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--episodes", type=int, default=120, help="train episodes per noise level")
     p.add_argument("--policy-episodes", type=int, default=320,
                    help="SFT-policy rollouts for the world model and reward")
+    p.add_argument("--stage", default="all", choices=("all", "reward_on_imagination"),
+                   help="all stages, or only the last one on the assets in --assets")
     args = p.parse_args(argv)
     data, assets = Path(args.data), Path(args.assets)
     recipe = RECIPES[args.recipe]
     tasks = "[" + (args.tasks or recipe["task"]) + "]"
     t0 = time.time()
+    if args.stage == "all":
+        make_all(data, assets, recipe, tasks, args)
+    reward_on_imagination(data, assets, tasks)
+    print(f"\nassets in {assets} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
+
+def policy_source(policy: Path) -> str:
+    """collect.py's override that rolls out the SFT policy in ``policy``."""
+    return ("collect.policy={_target_: wmrl.policies.openvla_oft.build_policy, "
+            f"pretrained_path: {policy}, unnorm_key: tabletop}}")
+
+
+def reward_on_imagination(data: Path, assets: Path, tasks: str) -> None:
+    """Stage 7 (module docstring): fresh SFT-policy episodes -> the reward fine-tuned on
+    their replays in the world model; held-out scores in its metrics.json."""
+    fresh = data / "reward_on_imagination_policy"
+    run("collect.py", f"collect.out_dir={fresh}", f"collect.tasks={tasks}",
+        "collect.episodes_per_task=256", "collect.seed=41", "collect.num_envs=16",
+        "collect.overwrite=true", policy_source(assets / "policy"))
+    run("fit_reward_to_imagination.py", f"data_dir={fresh}", f"reward={assets / 'reward'}",
+        f"world_model={assets / 'world_model'}",
+        f"out_dir={assets / 'reward_on_imagination'}")
+
+
+def make_all(data: Path, assets: Path, recipe: dict, tasks: str, args) -> None:
+    """Stages 1-6 (module docstring)."""
     train, val = [], []
     for noise, seed in recipe["noise"].items():
         for split, n, s, dirs in (("train", args.episodes, seed, train),
@@ -100,8 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     run("sft_policy.py", f"data_dir={demos}", f"out_dir={policy}", f"eval.tasks={tasks}",
         *recipe["sft"])
 
-    policy_cfg = ("collect.policy={_target_: wmrl.policies.openvla_oft.build_policy, "
-                  f"pretrained_path: {policy}, unnorm_key: tabletop}}")
+    policy_cfg = policy_source(policy)
     for split, n, seed, extra, dirs in (("train", args.policy_episodes, 31, [], train),
                                         ("val", 256, 0, ["collect.use_eval_states=true"], val)):
         out = data / f"{split}_policy"
@@ -124,7 +156,6 @@ def main(argv: list[str] | None = None) -> None:
         f"eval.reward_checkpoint={reward}", "eval.replay_episodes=256",
         f"out_dir={replay}")
     shutil.copy(replay / "metrics.json", world_model / "metrics_replay_reward.json")
-    print(f"\nassets in {assets} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 
 if __name__ == "__main__":

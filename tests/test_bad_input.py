@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from test_asset_checks import copy, edit_json, truncate
 from test_config import fit_cfg
 
-from wmrl.config import ConfigError, check_paths, validate
+from wmrl.config import ConfigError, check_paths, resolve_ckpt_path, validate
 from wmrl.fit import build_datamodule
 
 # (overrides, what the one-line message must say)
@@ -92,6 +92,18 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
     plain = tmp_path / "weights.pt"
     torch.save({"weight": torch.zeros(2)}, plain)  # a torch file, but no Lightning state
     assert "no state_dict / global_step" in refuse(fit_cfg(f"ckpt_path={plain}"))
+
+
+def test_ckpt_path_last_is_the_run_dirs_last_checkpoint(tmp_path):
+    with pytest.raises(ConfigError, match=rf"ckpt_path=last: {tmp_path}/checkpoints/last.ckpt "
+                                          r"does not exist: pass hydra.run.dir=<the run's dir>"):
+        resolve_ckpt_path(fit_cfg(f"run_dir={tmp_path}", "ckpt_path=last"))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_text("not a checkpoint")
+    cfg = resolve_ckpt_path(fit_cfg(f"run_dir={tmp_path}", "ckpt_path=last"))
+    assert cfg.ckpt_path == str(tmp_path / "checkpoints" / "last.ckpt")
+    # then checked as any ckpt_path
+    assert f"ckpt_path={cfg.ckpt_path} is not a Lightning checkpoint" in refuse(cfg)
 
 
 def test_a_checkpoint_of_another_policy_config_is_named(tmp_path):

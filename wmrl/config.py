@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from wmrl import schema
 from wmrl.asset_checks import check_accelerator, check_assets
@@ -151,6 +151,20 @@ def check_held_out_seed(task, eval_seed: int, purpose: str) -> None:
     if eval_seed in used:
         raise ConfigError(f"--eval-seed {eval_seed} is {used[eval_seed]} scene set, which "
                           f"results are reported on or trained on: {purpose} on another one")
+
+
+def resolve_ckpt_path(cfg: DictConfig) -> DictConfig:
+    """``ckpt_path=last`` (Lightning's word for it) -> ``<run_dir>/checkpoints/last.ckpt``,
+    in place: with ``hydra.run.dir=<the run's dir>`` the same run goes on, same logger run."""
+    if cfg.get("ckpt_path") == "last":
+        path = os.path.join(str(cfg.run_dir), "checkpoints", "last.ckpt")
+        if not os.path.exists(path):
+            raise ConfigError(f"ckpt_path=last: {path} does not exist: pass hydra.run.dir=<the "
+                              "run's dir> (the one holding checkpoints/last.ckpt), or "
+                              "ckpt_path=<a .ckpt>")
+        with open_dict(cfg):
+            cfg.ckpt_path = path
+    return cfg
 
 
 CONFIG_KEY = "wmrl_config"  # checkpoint[CONFIG_KEY]: the resolved run config as plain data

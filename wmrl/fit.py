@@ -12,7 +12,7 @@ from callbacks.checkpoint_io import AtomicCheckpointIO
 from callbacks.preemption import PREEMPTED_EXIT_CODE
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
-from wmrl.config import build, check_paths, to_container, validate
+from wmrl.config import build, check_paths, resolve_ckpt_path, to_container, validate
 from wmrl.envs.train_pool import start_from_pool
 from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
@@ -71,7 +71,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     command is printed (``callbacks.preemption.StepCheckpoint``), the rollout actors stop and
     ``SIGTERMException`` (a ``SystemExit``) with code ``PREEMPTED_EXIT_CODE`` = 143 ends the
     process: non-zero, so nothing chained after the fit takes the run for finished."""
-    validate(cfg)  # before Ray or any model starts
+    validate(resolve_ckpt_path(cfg))  # before Ray or any model starts
     check_paths(cfg)
     cfg = with_defaults(cfg)  # what a group leaves out: its schema's default (wmrl/schema.py)
     cfg = start_from_pool(cfg)  # task.train_pool: GRPO's scenes apart from the sim eval's

@@ -318,6 +318,7 @@ class TOPRewardSchema:
 
 
 Scenes = _choices("Scenes", ("fixed", "random"))
+RewardFrames = _choices("RewardFrames", ("real", "imagined"))
 WorldModelDtype = _choices("WorldModelDtype", ("float32", "bfloat16", "float16"))
 
 
@@ -346,6 +347,10 @@ class PaceSchema:
     reward_steps: int = 0
     reward_lr: float = 1e-4
     reward_batch_size: int = 64
+    reward_frames: RewardFrames = RewardFrames["real"]
+    reward_holdout: float = 0.25
+    success_threshold: float = 0.9
+    num_inference_steps: int = 5
     dtype: WorldModelDtype = WorldModelDtype["float32"]
     device: Optional[str] = None
     seed: int = 0
@@ -358,6 +363,12 @@ class PaceSchema:
                   "reward_lr", "reward_batch_size")
         _positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
                   "context_noise_sigma", "foreground_weight", "reward_steps", allow_zero=True)
+        _positive("pace", self, "num_inference_steps")
+        _require("pace.reward_holdout", self.reward_holdout, 0 <= self.reward_holdout < 1,
+                 "must be in [0, 1) (the share of a round's episodes held out to score the "
+                 "reward on imagined frames)")
+        _require("pace.success_threshold", self.success_threshold,
+                 0 <= self.success_threshold <= 1, "must be in [0, 1] (env.success_threshold)")
 
 
 SCHEMAS = {"task": TaskSchema,  # first: the groups that interpolate it then name their own keys

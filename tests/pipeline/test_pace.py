@@ -113,6 +113,10 @@ def test_direct_construction_gets_the_schemas_checks(assets):
         make_pace(assets, buffer_rounds=0)
     with pytest.raises(ConfigError, match=r"pace.scenes: Invalid value 'foo'"):
         make_pace(assets, scenes="foo")
+    with pytest.raises(ConfigError, match=r"pace.reward_frames: Invalid value 'sim'"):
+        make_pace(assets, reward_frames="sim")
+    with pytest.raises(ConfigError, match=r"pace.reward_holdout=1.0 is not allowed"):
+        make_pace(assets, reward_holdout=1.0)
     with pytest.raises(ValueError, match="pace.tasks is empty"):
         make_pace(assets, tasks=[])
     with pytest.raises(ValueError, match="needs the reward config"):
@@ -126,6 +130,9 @@ def test_config_group_off_by_default_on_in_experiment():
     assert default.get("pace") is None  # `make fit` is unchanged
     validate(on)
     assert (on.pace.every_n_steps, on.pace.episodes, on.pace.steps) == (5, 96, 300)
+    # the reward's replays use the env's verdict threshold and denoising steps
+    assert (on.pace.reward_frames, on.pace.success_threshold, on.pace.num_inference_steps) == (
+        "real", on.env.success_threshold, on.env.num_inference_steps)
     assert "pace" not in on.callbacks  # the training step runs it, no callback
     # GRPOModule builds it (fit.build_module); nothing is loaded before the first round
     on.policy = {"_target_": "toys.LinearBinPolicy"}
@@ -259,7 +266,8 @@ def same(a: dict, b: dict) -> bool:
 
 def fit_cfg(assets, run_dir, **over):
     """tests/test_fit_toy.py's fit with the tiny policy, world model and reward, and PACE:
-    a round after every step (2 episodes, 6 fine-tune steps, 2 reward steps)."""
+    a round after every step (2 episodes, 6 fine-tune steps, 2 reward steps on the refined
+    world model's replays of the episodes, one of them held out)."""
     wm = {"path": str(assets / "wm"), "height": SIZE, "width": SIZE}
     cfg = toy_cfg(run_dir, **{"trainer.max_steps": 2})
     cfg.policy = policy_spec()
@@ -273,6 +281,7 @@ def fit_cfg(assets, run_dir, **over):
     cfg.pace = {"_target_": "wmrl.pipeline.pace.Pace", **pace_args(
         assets, every_n_steps=1, episodes=2, steps=6, batch_size=4, eval_clips=8,
         num_envs=2, context_noise_sigma=0.1, reward_steps=2, verbose=True,
+        reward_frames="imagined", reward_holdout=0.5, success_threshold=0.5,
         sim_env={"image_size": SIZE, "max_episode_steps": 12, "terminate_on_success": False},
         out_dir="${run_dir}/pace")}
     for k, v in over.items():
@@ -297,9 +306,15 @@ def test_fit_runs_rounds_in_the_training_step_and_resumes(assets, ray_local, tmp
     assert first["pace/real_episodes"] == second["pace/real_episodes"] == 2.0
     assert first["pace/wm_loss_after"] == pace.history[0]["wm_loss_after"]
     assert "pace/wm_loss_after" not in second and second["pace/world_model_version"] == 1.0
+    # the reward's scores on the held-out episode's replay, before and after its fine-tune
+    assert pace.history[0]["reward_held_out_episodes"] == 1
+    assert 0 <= first["pace/reward_episode_recall_after"] <= 1
+    assert first["pace/reward_episode_wm_success_before"] in (0.0, 1.0)
     assert "pace/wm_loss_after" in (tmp_path / "a" / "csv" / "version_0" /
                                     "metrics.csv").read_text()
-    assert "[pace] step 1: round 0 -> world model v1: 2 real episodes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[pace] step 1: round 0 -> world model v1: 2 real episodes" in out
+    assert "reward on held-out replays: precision" in out
     # the state is the module's, in the checkpoint under "pace", not a callback's
     ckpt = tmp_path / "a" / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=True)

@@ -5,7 +5,9 @@ training step (``round_due``), runs a round (``run_round``): the trainer's curre
 ``episodes`` real episodes in the MuJoCo tabletop simulator; this object's own copy of the
 world model (loaded from ``world_model``, the config the env actors load) fine-tunes its
 transformer + action modules on them for ``steps`` steps (flow matching, the VAE frozen;
-optionally the reward model too, ``reward_steps``); the new weights go to every env actor
+optionally the reward model too, ``reward_steps``: on the real frames, or with
+``reward_frames=imagined`` on the refined world model's replays of the episodes, scored on a
+held-out share, wmrl/pipeline/reward_on_imagination.py); the new weights go to every env actor
 (``RolloutDataModule.sync_world_model``, versioned like the policy's weights) and GRPO goes on
 in the updated world model. docs/pace.md.
 
@@ -33,20 +35,22 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from wmrl.atomic import write_text
 from wmrl.config import build
+from wmrl.pipeline import reward_on_imagination as R
 from wmrl.pipeline import world_model_training as T
 from wmrl.pipeline.dataset import Episode
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.rewards.resnet import training_input
 from wmrl.schema import PaceSchema, check_values, defaults
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 # what the fine-tune trains (train_transformer's parameters) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
+# the reward's held-out scores on imagined frames logged per round (pace/reward_<k>_before|after)
+REWARD_METRICS = ("frame_precision", "frame_recall", "frame_auroc", "episode_precision",
+                  "episode_recall", "episode_auroc", "episode_wm_success")
 # the settings' defaults are the typed schema's (wmrl/schema.py): one source
 _SETTINGS = defaults(PaceSchema)
 
@@ -81,6 +85,15 @@ def _window_mean(xs: list[float], first: bool) -> float:
     return float(np.mean(w)) if w else float("nan")
 
 
+def _reward_line(row: dict) -> str:
+    """The reward's held-out episode precision / recall on imagined frames, before -> after."""
+    if "reward_episode_precision_before" not in row:
+        return ""
+    b, a = "reward_episode_precision_", "reward_episode_recall_"
+    return (f" | reward on held-out replays: precision {row[b + 'before']:.2f} -> "
+            f"{row[b + 'after']:.2f}, recall {row[a + 'before']:.2f} -> {row[a + 'after']:.2f}")
+
+
 class Pace:
     """See the module docstring. Arguments (conf/pace/default.yaml explains each; the scalar
     ones are ``wmrl.schema.PaceSchema``'s, checked by it, defaults from it):
@@ -110,6 +123,10 @@ class Pace:
                  reward_steps: int = _SETTINGS["reward_steps"],
                  reward_lr: float = _SETTINGS["reward_lr"],
                  reward_batch_size: int = _SETTINGS["reward_batch_size"],
+                 reward_frames: str = _SETTINGS["reward_frames"],
+                 reward_holdout: float = _SETTINGS["reward_holdout"],
+                 success_threshold: float = _SETTINGS["success_threshold"],
+                 num_inference_steps: int = _SETTINGS["num_inference_steps"],
                  reward: Any = None, dtype: str = _SETTINGS["dtype"],
                  device: str | None = _SETTINGS["device"], seed: int = _SETTINGS["seed"],
                  out_dir: str | None = _SETTINGS["out_dir"],
@@ -135,6 +152,8 @@ class Pace:
         self.gripper_event_weight = gripper_event_weight
         self.reward_steps, self.reward_lr = reward_steps, reward_lr
         self.reward_batch_size, self.reward_spec = reward_batch_size, reward
+        self.reward_frames, self.reward_holdout = reward_frames, reward_holdout
+        self.success_threshold, self.num_inference_steps = success_threshold, num_inference_steps
         self.device, self.seed, self.out_dir, self.verbose = device, seed, out_dir, verbose
         # bookkeeping (checkpointed)
         self.version = 0  # the world-model version the env actors hold (0 = as loaded)
@@ -293,36 +312,35 @@ class Pace:
             model.eval().requires_grad_(False)
         return losses
 
-    def finetune_reward(self, episodes: Sequence[Episode], round_index: int) -> list[float]:
-        """``reward_steps`` steps of class-balanced BCE (scripts/train_reward.py's loss) on the
-        real frames, labelled by the simulator's success predicate. BatchNorm stays in eval
-        mode (its running statistics are kept: a few small batches would skew them)."""
+    def finetune_reward(self, episodes: Sequence[Episode], round_index: int
+                        ) -> tuple[list[float], dict[str, float]]:
+        """``reward_steps`` steps of class-balanced BCE (scripts/train_reward.py's loss,
+        ``reward_on_imagination.finetune_classifier``) -> (losses, metrics). ``reward_frames``:
+        ``real``: on the real frames, labelled by the simulator's success predicate;
+        ``imagined``: on the refined world model's open-loop replays of the episodes, each
+        imagined frame labelled by the simulator frame of the same step, a stratified
+        ``reward_holdout`` share of them held out to score the reward before and after
+        (``reward_{frame,episode}_{precision,recall}_{before,after}``, at
+        ``success_threshold``)."""
         if self.reward_steps <= 0:
-            return []
-        net = self.reward.model
+            return [], {}
+        if self.reward_frames == "imagined":
+            out = R.fit_reward_to_imagination(
+                self.reward, self.reward_optimizer, self.model, episodes, self.reward_steps,
+                self.reward_batch_size, self.success_threshold, self.reward_holdout,
+                self.num_inference_steps, seed=self.seed * 1_000_033 + round_index)
+            metrics = {f"reward_{k}_{when}": v for when in ("before", "after")
+                       for k, v in out[when].items()}
+            metrics.update(reward_held_out_episodes=out["held_out_episodes"],
+                           reward_train_frames=out["train_frames"],
+                           reward_train_positive_frames=out["train_positive_frames"])
+            return out["losses"], metrics
         frames = torch.from_numpy(np.concatenate([ep.frames for ep in episodes]))
         labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
         tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
-        # the reward's own task -> embedding-row mapping (None for task-free rewards)
-        task_ids = self.reward.task_ids(tasks, len(tasks))
-        pos = float(labels.sum())
-        pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
-        dev = next(net.parameters()).device
         gen = torch.Generator().manual_seed(self.seed * 1_000_033 + round_index)
-        net.requires_grad_(True)
-        losses = []
-        try:
-            for _ in range(self.reward_steps):
-                idx = torch.randint(len(labels), (min(self.reward_batch_size, len(labels)),),
-                                    generator=gen)
-                x = training_input(frames[idx], self.reward.config.get("image_size"), dev)
-                t = None if task_ids is None else task_ids[idx].to(dev)
-                loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
-                                                          pos_weight=pos_weight.to(dev))
-                losses.append(T.optimizer_step(self.reward_optimizer, loss, net.parameters()))
-        finally:
-            net.eval().requires_grad_(False)
-        return losses
+        return R.finetune_classifier(self.reward, self.reward_optimizer, frames, labels, tasks,
+                                     self.reward_steps, self.reward_batch_size, gen), {}
 
     def run_round(self, policy, rollouts=None, step: int = 0,
                   device: torch.device | str | None = None, rank0: bool = True,
@@ -351,7 +369,7 @@ class Pace:
             all_act = torch.cat([b[1] for b in self._buffer])
             tf = time.perf_counter()
             losses = self.finetune(all_lat, all_act, r)
-            reward_losses = self.finetune_reward(episodes, r)
+            reward_losses, reward_metrics = self.finetune_reward(episodes, r)
             finetune_s = time.perf_counter() - tf
             after = self.fixed_noise_loss(latents, actions)
             n_steps = int(sum(len(ep) for ep in episodes))
@@ -364,7 +382,7 @@ class Pace:
                    "collect_seconds": collect_s, "finetune_seconds": finetune_s}
             if reward_losses:
                 row.update(reward_loss_first=_window_mean(reward_losses, True),
-                           reward_loss=_window_mean(reward_losses, False))
+                           reward_loss=_window_mean(reward_losses, False), **reward_metrics)
             self.losses, self.reward_losses = losses, reward_losses  # for tests / inspection
             state, reward_state = self.current_state()
         if broadcast is not None:  # every rank's env actors get rank 0's world model
@@ -392,7 +410,7 @@ class Pace:
                       f"{row['successes']}/{row['episodes']}), loss on them "
                       f"{row['wm_loss_before']:.4f} -> {row['wm_loss_after']:.4f}, "
                       f"{row['seconds']:.0f} s | total {self.real_episodes} episodes / "
-                      f"{self.real_steps} steps")
+                      f"{self.real_steps} steps" + _reward_line(row))
         return self.round_metrics(row)
 
     def push(self, rollouts, version: int, state: dict | None = None,
@@ -421,6 +439,10 @@ class Pace:
                "pace/seconds": row["seconds"], "pace/push_seconds": row["push_seconds"]}
         if "reward_loss" in row:
             out["pace/reward_loss"] = row["reward_loss"]
+        for k in REWARD_METRICS:  # pace.reward_frames=imagined: held-out imagined frames
+            for when in ("before", "after"):
+                if f"reward_{k}_{when}" in row:
+                    out[f"pace/reward_{k}_{when}"] = row[f"reward_{k}_{when}"]
         return out
 
     def counts(self) -> dict[str, float]:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.pipeline.dataset import TrajectoryDataset
@@ -69,8 +70,6 @@ def vae_roundtrip(frames: np.ndarray, world_model_dir: str | os.PathLike,
     """frames uint8 [N, H, W, 3] -> the same frames encoded and decoded (one frame each) by
     the VAE of a world-model directory, uint8. Training the reward on these as well makes it
     judge the world model's blurrier frames as it judges simulator frames."""
-    import torch
-
     model = ActionWanModel.from_pretrained(world_model_dir).eval()
     out = []
     with torch.no_grad():
@@ -83,11 +82,9 @@ def vae_roundtrip(frames: np.ndarray, world_model_dir: str | os.PathLike,
 
 
 class _NeverSuccess:
-    """Reward stand-in for :func:`imagined_frames`: scores every frame 0 so no env ends early."""
+    """Reward stand-in for :func:`imagined_replays`: scores every frame 0 so no env ends early."""
 
     def __call__(self, frames, tasks):
-        import torch
-
         return torch.zeros(frames.shape[:2])
 
 
@@ -121,8 +118,28 @@ def imagined_frames(
         raise ValueError(f"no episodes (tasks={tasks}) in {[str(d) for d in dirs]}")
     names = list(dict.fromkeys(want or [ep.task for ep in episodes]))
     model = ActionWanModel.from_pretrained(world_model_dir).eval()
-    h, w = episodes[0].frames.shape[1:3]
+    videos = imagined_replays(model, episodes, num_inference_steps, batch_size, seed)
     frames, labels, ids = [], [], []
+    for video, ep in zip(videos, episodes):
+        y = ep.success_labels[1:].astype(bool)  # sim label of frame t, t = 1..T
+        keep = _keep(y, negative_stride)
+        frames.append(video[keep])
+        labels.append(y[keep].astype(np.uint8))
+        ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
+    return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
+
+
+@torch.no_grad()
+def imagined_replays(model: ActionWanModel, episodes: Sequence, num_inference_steps: int = 5,
+                     batch_size: int = 64, seed: int = 0) -> list[np.ndarray]:
+    """Each episode's open-loop replay in ``model``: a ``WanWorldModelEnv`` started from the
+    episode's first frame is fed its actions chunk by chunk; uint8 [T, H, W, 3] per episode,
+    imagined frame t + 1 after action t (frame i of the replay pairs with simulator frame
+    i + 1). ``batch_size`` episodes are imagined together (one env, its noise seeded with
+    ``seed`` + the batch's first index)."""
+    h, w = episodes[0].frames.shape[1:3]
+    device = next(model.transformer.parameters()).device
+    videos = []
     for i in range(0, len(episodes), batch_size):
         eps = episodes[i : i + batch_size]
         n_chunks = max(-(-len(ep) // CHUNK) for ep in eps)
@@ -131,13 +148,8 @@ def imagined_frames(
                                condition_frames=CONDITION_FRAMES,
                                num_inference_steps=num_inference_steps,
                                max_episode_steps=n_chunks * CHUNK, seed=seed + i,
-                               height=h, width=w, return_frames=True)
+                               height=h, width=w, return_frames=True, device=str(device))
         video = [info["frames"].cpu().numpy() for info in open_loop_replay(env, eps, n_chunks)]
         video = np.concatenate(video, 1)  # [b, n_chunks * CHUNK, H, W, 3]: frames 1..
-        for j, ep in enumerate(eps):
-            y = ep.success_labels[1:].astype(bool)  # sim label of frame t, t = 1..T
-            keep = _keep(y, negative_stride)
-            frames.append(video[j, keep])
-            labels.append(y[keep].astype(np.uint8))
-            ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
-    return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
+        videos += [video[j, : len(ep)] for j, ep in enumerate(eps)]
+    return videos

@@ -1,0 +1,159 @@
+"""A reward fitted to the world model's imagination.
+
+The env's reward model judges imagined frames, but it learnt success from simulator frames
+(and their VAE reconstructions). Here it is fine-tuned on what the world model imagines for
+real episodes of the current policy. Each episode's first frame and actions are replayed open
+loop in the world model (``reward_data.imagined_replays``). Imagined frame t (after action
+t - 1) is labelled with the simulator's success label of frame t. The episodes are split,
+stratified by outcome (``split_episodes``). The held-out ones measure, before and after the
+fine-tune, how well the reward's verdict on imagined frames matches what really happened
+(``replay_metrics``), at the env's threshold h (``env.success_threshold``):
+
+    frame:    pred_t = 1[p_t >= h]            against the simulator's label of frame t
+    episode:  pred_i = 1[max_t p_t >= h]      against the real episode's success (the env's
+                                              rule for an imagined success)
+
+plus the AUROC of both (threshold-free: do imagined successes and failures look different?).
+The fine-tune (``finetune_classifier``) is class-balanced BCE on logits z,
+
+    L = -mean[w y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))],   w = n_neg / n_pos,
+
+with BatchNorm kept in eval mode (a few small batches would skew its running statistics).
+
+Used by PACE rounds (``pace.reward_frames=imagined``, wmrl/pipeline/pace.py) and once, on the
+SFT policy's episodes, by ``scripts/fit_reward_to_imagination.py`` (a stage of
+``make assets``). docs/rewards.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
+
+from wmrl.pipeline.dataset import Episode
+from wmrl.pipeline.reward_data import imagined_replays
+from wmrl.pipeline.reward_evaluation import binary_metrics
+from wmrl.pipeline.world_model_training import optimizer_step
+from wmrl.rewards.resnet import training_input
+
+
+def split_episodes(successes: Sequence[bool], holdout: float,
+                   seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) episode indices: of each outcome c (success, failure) with n_c
+    episodes, ``floor(holdout * n_c + 1/2)`` held out, at least one where n_c >= 2 and
+    ``holdout`` > 0 (so both outcomes are scored), drawn by a permutation seeded with
+    ``seed``; the training side keeps at least one episode."""
+    if not 0.0 <= holdout < 1.0:
+        raise ValueError(f"holdout must be in [0, 1), got {holdout}")
+    y = np.asarray(successes, dtype=bool)
+    rng = np.random.default_rng(seed)
+    held = []
+    for c in (True, False):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        k = int(np.floor(holdout * len(idx) + 0.5))
+        if holdout > 0 and len(idx) >= 2:
+            k = max(k, 1)
+        held += idx[:k].tolist()
+    if len(held) >= len(y):
+        held = held[: len(y) - 1]
+    held_set = set(held)
+    return [i for i in range(len(y)) if i not in held_set], sorted(held)
+
+
+def frame_labels(episode: Episode) -> np.ndarray:
+    """float [T]: the simulator's success label of frames 1..T (those an open-loop replay
+    imagines)."""
+    return episode.success_labels[1:].astype(np.float32)
+
+
+@torch.no_grad()
+def replay_scores(reward, videos: Sequence[np.ndarray],
+                  tasks: Sequence[str]) -> list[torch.Tensor]:
+    """The reward's score of every imagined frame: float [T_i] per episode."""
+    return [reward(torch.from_numpy(v)[None], [t])[0].float().cpu()
+            for v, t in zip(videos, tasks)]
+
+
+def _auroc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Area under the ROC curve (NaN unless both classes occur)."""
+    if not 0 < float(labels.sum()) < len(labels):
+        return float("nan")
+    return float(binary_auroc(scores, labels.long()))
+
+
+def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Episode],
+                   threshold: float) -> dict[str, float]:
+    """Frame and episode precision / recall of the reward on imagined frames against the
+    simulator (module docstring); ``episode_wm_success`` / ``episode_real_success``: the
+    shares of imagined and real successes."""
+    if not episodes:
+        return {}
+    scores = replay_scores(reward, videos, [ep.task for ep in episodes])
+    s = torch.cat(scores)
+    y = torch.from_numpy(np.concatenate([frame_labels(ep) for ep in episodes]))
+    frame = binary_metrics(s, y, threshold)
+    peaks = torch.stack([x.max() for x in scores])
+    real = torch.tensor([ep.success for ep in episodes], dtype=torch.float32)
+    episode = binary_metrics(peaks, real, threshold)
+    return {"frame_precision": frame["precision"], "frame_recall": frame["recall"],
+            "frame_auroc": _auroc(s, y),
+            "episode_precision": episode["precision"], "episode_recall": episode["recall"],
+            "episode_accuracy": episode["accuracy"], "episode_auroc": _auroc(peaks, real),
+            "episode_wm_success": float((peaks >= threshold).float().mean()),
+            "episode_real_success": float(real.mean())}
+
+
+def finetune_classifier(reward, optimizer: torch.optim.Optimizer, frames: torch.Tensor,
+                        labels: torch.Tensor, tasks: Sequence[str], steps: int,
+                        batch_size: int, generator: torch.Generator) -> list[float]:
+    """``steps`` optimizer steps of class-balanced BCE (module docstring) on random batches
+    of ``frames`` (uint8 [N, H, W, 3]) with ``labels`` (float [N]) and per-frame ``tasks``;
+    returns the loss per step. The reward's network is left frozen in eval mode."""
+    net = reward.model
+    task_ids = reward.task_ids(list(tasks), len(tasks))  # None for task-free rewards
+    pos = float(labels.sum())
+    pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
+    dev = next(net.parameters()).device
+    net.requires_grad_(True)
+    losses = []
+    try:
+        for _ in range(steps):
+            idx = torch.randint(len(labels), (min(batch_size, len(labels)),),
+                                generator=generator)
+            x = training_input(frames[idx], reward.config.get("image_size"), dev)
+            t = None if task_ids is None else task_ids[idx].to(dev)
+            loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
+                                                      pos_weight=pos_weight.to(dev))
+            losses.append(optimizer_step(optimizer, loss, net.parameters()))
+    finally:
+        net.eval().requires_grad_(False)
+    return losses
+
+
+def fit_reward_to_imagination(reward, optimizer: torch.optim.Optimizer, world_model,
+                              episodes: Sequence[Episode], steps: int, batch_size: int,
+                              threshold: float, holdout: float = 0.25,
+                              num_inference_steps: int = 5, seed: int = 0) -> dict:
+    """Replay ``episodes`` in ``world_model`` (an ``ActionWanModel``), split them, score the
+    held-out replays, fine-tune ``reward`` on the training replays, score again. Returns
+    ``{"losses", "before", "after", "train_episodes", "held_out_episodes",
+    "train_frames", "train_positive_frames"}``."""
+    videos = imagined_replays(world_model, episodes, num_inference_steps=num_inference_steps,
+                              seed=seed)
+    train, held = split_episodes([ep.success for ep in episodes], holdout, seed)
+    held_eps, held_videos = [episodes[i] for i in held], [videos[i] for i in held]
+    before = replay_metrics(reward, held_videos, held_eps, threshold)
+    frames = torch.from_numpy(np.concatenate([videos[i] for i in train]))
+    labels = torch.from_numpy(np.concatenate([frame_labels(episodes[i]) for i in train]))
+    tasks = [episodes[i].task for i in train for _ in range(len(videos[i]))]
+    gen = torch.Generator().manual_seed(seed)
+    losses = finetune_classifier(reward, optimizer, frames, labels, tasks, steps, batch_size,
+                                 gen)
+    after = replay_metrics(reward, held_videos, held_eps, threshold)
+    return {"losses": losses, "before": before, "after": after,
+            "train_episodes": len(train), "held_out_episodes": len(held),
+            "train_frames": len(labels), "train_positive_frames": int(labels.sum())}
