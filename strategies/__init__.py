@@ -1,7 +1,8 @@
 """Lightning strategies and accelerators for any Lightning project (torch + lightning only).
 
 - ``HybridShardStrategy``: FSDP2 on a ("replicate", "shard") mesh, CPU/CUDA/ROCm/NPU/MUSA;
-  ``param_dtype=None`` (default) computes in the Trainer's precision.
+  ``param_dtype=None`` (default) computes in the Trainer's precision; registered as
+  ``strategy="hybrid_shard"``.
 - ``load_full_state_dict(path)``: a checkpoint written by ``HybridShardStrategy`` (sharded DCP
   folder or one file) as a plain ``{name: full CPU tensor}`` dict, in one process without a
   process group; ``load_full_checkpoint(path)`` adds the optimizer states and Lightning's meta.
@@ -51,9 +52,11 @@ _EXPORTS = {
     "param_dtype_for_precision": "precision",
     "precision_for_device": "precision",
     "register_accelerators": "accelerators",
+    "register_strategies": "hybrid_shard",
     "remove_fused_ops": "fused",
 }
-# the submodules that import Lightning: loading one registers the accelerators too
+# the submodules that import Lightning: loading one registers the accelerators and the
+# strategy too
 _LIGHTNING = ("accelerators", "hybrid_shard", "precision", "checkpoint")
 
 __all__ = sorted([*_EXPORTS, "MoveStats", "offload", "onload"])
@@ -64,6 +67,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'strategies' has no attribute {name!r}")
     if _EXPORTS[name] in _LIGHTNING:
         importlib.import_module("strategies.accelerators").register_accelerators()
+        importlib.import_module("strategies.hybrid_shard").register_strategies()
     value = getattr(importlib.import_module(f"strategies.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
@@ -75,3 +79,4 @@ def __dir__() -> list[str]:
 
 if "lightning" in sys.modules or "lightning.pytorch" in sys.modules:
     __getattr__("register_accelerators")()
+    __getattr__("register_strategies")()

@@ -24,7 +24,7 @@ from lightning.fabric.utilities.init import _materialize_distributed_module
 from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
 from lightning.fabric.utilities.rank_zero import rank_zero_warn
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
@@ -65,6 +65,11 @@ class HybridShardStrategy(ModelParallelStrategy):
         save_distributed_checkpoint: sharded DCP directory (True) or one full file on rank 0.
         process_group_backend: default ``"gloo"`` on CPU, ``"cpu:gloo,<dev>:<backend>"`` otherwise.
     """
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register("hybrid_shard", cls, override=True,
+                                   description="FSDP2 over a (replicate, shard) device mesh")
 
     strategy_name = "hybrid_shard"
 
@@ -302,3 +307,13 @@ def _replace(tmp: Path, path: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(tmp, path)
+
+
+def register_strategies() -> None:
+    """Make ``Trainer(strategy="hybrid_shard")`` resolve to ``HybridShardStrategy`` with its
+    defaults (idempotent), through Lightning's own hook, ``Strategy.register_strategies``."""
+    if "hybrid_shard" not in StrategyRegistry:
+        HybridShardStrategy.register_strategies(StrategyRegistry)
+
+
+register_strategies()  # loading this module (Lightning is loaded by then) registers it

@@ -63,19 +63,23 @@ import strategies.fused, strategies.devices
 sys.path.insert(0, 'tests'); import toys  # the test actors' policies and envs
 print(sorted(m for m in ('lightning', 'torchmetrics') if m in sys.modules))
 from lightning.pytorch.accelerators import AcceleratorRegistry
-print('npu' in AcceleratorRegistry)
-strategies.HybridShardStrategy  # a Lightning class of strategies registers npu / musa
-print('npu' in AcceleratorRegistry, 'musa' in AcceleratorRegistry)
+from lightning.pytorch.strategies import StrategyRegistry
+print('npu' in AcceleratorRegistry, 'hybrid_shard' in StrategyRegistry)
+strategies.precision_for_device  # a Lightning part of strategies registers npu / musa / hybrid_shard
+print('npu' in AcceleratorRegistry, 'musa' in AcceleratorRegistry, 'hybrid_shard' in StrategyRegistry)
+import lightning as L
+trainer = L.Trainer(strategy="hybrid_shard", accelerator="cpu", devices=1, logger=False)
+print(type(trainer.strategy).__name__)
 """
 
 
 def test_a_rollout_worker_imports_no_lightning_and_strategies_still_registers():
     """What a rollout actor imports (worker, policy, world-model env, reward) loads no Lightning
-    (~3 s of every actor start); ``strategies`` still registers its accelerators once a
-    Lightning class of it is used."""
+    (~3 s of every actor start); ``strategies`` still registers its accelerators and
+    ``strategy="hybrid_shard"`` once a Lightning part of it is used."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", ACTOR_IMPORTS], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.split("\n")
-    assert out[:3] == ["[]", "False", "True True"]
+    assert out[:4] == ["[]", "False False", "True True True", "HybridShardStrategy"]

@@ -10,6 +10,7 @@ import yaml
 from test_fit_toy import toy_cfg
 
 from wmrl.fit import fit
+from wmrl.module import GRPOModule
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,7 @@ def _assert_same(a, b):
             assert torch.equal(torch.as_tensor(opt_a[p][k]), torch.as_tensor(opt_b[p][k])), (p, k)
 
 
-def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
+def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local, recwarn):
     """A 4-step run, and a 2-step run of the same config resumed to step 4: bit-identical
     weights and AdamW state (so two runs of one config agree, and a resume continues exactly).
     A cosine lr over the 4 steps: the resumed half must pick the schedule up at step 2
@@ -41,12 +42,19 @@ def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
     over = {"trainer.max_steps": 4, "logger": None, "algorithm.lr_schedule": "cosine",
             "algorithm.lr_schedule_steps": 4, "algorithm.kl_coef": 0.5}
     fit(toy_cfg(tmp_path / "a", **over))
+    # the frozen reference (kl_coef > 0) is in eval mode on purpose: no warning about it
+    assert not [w for w in recwarn if "in eval mode" in str(w.message)]
     straight = _state(tmp_path / "a" / "checkpoints" / "last.ckpt")
     assert straight[0] == 4 and straight[1]["policy.bias"].abs().sum() > 0  # it trained
     assert not any(k.startswith("reference_policy.") for k in straight[1])  # not saved
     sched = torch.load(tmp_path / "a" / "checkpoints" / "last.ckpt", weights_only=True)[
         "lr_schedulers"][0]
     assert sched["last_epoch"] == 4 and sched["_last_lr"][0] == pytest.approx(0.0)
+    # Lightning's own loader rebuilds the module from the checkpoint alone
+    loaded = GRPOModule.load_from_checkpoint(tmp_path / "a" / "checkpoints" / "last.ckpt",
+                                             weights_only=True)
+    assert loaded.kl_coef == 0.5 and loaded.policy_version == 4
+    assert all(torch.equal(v, straight[1][k]) for k, v in loaded.state_dict().items())
 
     ckpts = tmp_path / "c" / "checkpoints"
     half, keep = ckpts / "last.ckpt", {"checkpoint.keep_last": 1}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import lightning as L
@@ -20,6 +21,19 @@ from wmrl.schema import with_defaults
 
 # checkpoints after the update are what we want (the weights the next rollout uses)
 warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
+# the frozen reference policy is in eval mode on purpose (GRPOModule warns of the trained one's)
+warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start")
+
+
+def log_lines_once() -> None:
+    """Lightning's package logger prints with its own console handler and also passes each
+    record up to the root logger: under Hydra (root handlers: the console and
+    ``<run_dir>/fit.log``) every INFO line printed twice. Where the root logger has handlers,
+    they alone print (as ``lightning.pytorch`` itself decides at import)."""
+    lightning_logger = logging.getLogger("lightning")
+    if logging.getLogger().hasHandlers():
+        for handler in [h for h in lightning_logger.handlers if type(h) is logging.StreamHandler]:
+            lightning_logger.removeHandler(handler)
 
 
 def build_module(cfg: DictConfig) -> GRPOModule:
@@ -72,6 +86,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     ``SIGTERMException`` (a ``SystemExit``) with code ``PREEMPTED_EXIT_CODE`` = 143 ends the
     process: non-zero, so nothing chained after the fit takes the run for finished."""
     validate(resolve_ckpt_path(cfg))  # before Ray or any model starts
+    log_lines_once()
     check_paths(cfg)
     cfg = with_defaults(cfg)  # what a group leaves out: its schema's default (wmrl/schema.py)
     cfg = start_from_pool(cfg)  # task.train_pool: GRPO's scenes apart from the sim eval's

@@ -68,6 +68,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import do_nothing_closure
+from lightning.pytorch.utilities import rank_zero_warn
 
 from strategies import full_state_dict
 from strategies.offload import offload, onload
@@ -156,6 +157,9 @@ class GRPOModule(L.LightningModule):
         pace: dict | None = None,
     ):
         super().__init__()
+        # the constructor's arguments (plain config data) go into every checkpoint, so
+        # GRPOModule.load_from_checkpoint(path) rebuilds the module (the policy from its spec)
+        self.save_hyperparameters(logger=False)
         self.policy = build(policy)
         # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
         self.pace = None if pace is None else build(pace, _recursive_=False)
@@ -251,6 +255,13 @@ class GRPOModule(L.LightningModule):
         return dm
 
     def on_train_start(self) -> None:
+        # Lightning warns of every module in eval mode, the frozen reference's included
+        # (wmrl/fit.py silences that); only the trained policy's would be a mistake
+        frozen = [name for name, m in self.policy.named_modules() if not m.training]
+        if frozen:
+            rank_zero_warn(f"{len(frozen)} module(s) of the trained policy are in eval mode at "
+                           f"the start of training ({', '.join(frozen[:3])}, ...): dropout and "
+                           "norm layers behave as in inference")
         # the actors start at the trainer's version: 0, or the restored one on resume
         self._offload_for_rollout = self.rollouts.shares_trainer_device()
         self.sync_policy()

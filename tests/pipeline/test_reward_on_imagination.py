@@ -62,6 +62,9 @@ def test_replay_metrics_hand_checked():
     assert (m["episode_precision"], m["episode_recall"], m["episode_accuracy"]) == (0.5, 1.0, 0.5)
     assert (m["episode_wm_success"], m["episode_real_success"]) == (1.0, 0.5)
     assert m["episode_auroc"] == 1.0  # A's peak 1.0 above B's 0.996
+    # half the episodes succeeded: on the grid (.., 0.99, 0.995, 0.999) 0.999 lets only A's
+    # peak through (1/2), 0.995 both (2/2)
+    assert m["rate_matching_threshold"] == 0.999
 
 
 def test_finetune_learns_the_imagined_success_look():

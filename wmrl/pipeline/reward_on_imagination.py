@@ -37,6 +37,7 @@ from torchmetrics.functional.classification import binary_auroc
 from wmrl.pipeline.dataset import Episode
 from wmrl.pipeline.reward_data import imagined_replays
 from wmrl.pipeline.reward_evaluation import binary_metrics
+from wmrl.pipeline.threshold_calibration import rate_matching_threshold
 from wmrl.pipeline.world_model_training import optimizer_step
 from wmrl.rewards.resnet import training_input
 
@@ -89,7 +90,9 @@ def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Epis
                    threshold: float) -> dict[str, float]:
     """Frame and episode precision / recall of the reward on imagined frames against the
     simulator (module docstring); ``episode_wm_success`` / ``episode_real_success``: the
-    shares of imagined and real successes."""
+    shares of imagined and real successes; ``rate_matching_threshold``: the grid threshold
+    at which the imagined share is closest to the real one
+    (``threshold_calibration.rate_matching_threshold``, here on open-loop replays)."""
     if not episodes:
         return {}
     scores = replay_scores(reward, videos, [ep.task for ep in episodes])
@@ -104,7 +107,9 @@ def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Epis
             "episode_precision": episode["precision"], "episode_recall": episode["recall"],
             "episode_accuracy": episode["accuracy"], "episode_auroc": _auroc(peaks, real),
             "episode_wm_success": float((peaks >= threshold).float().mean()),
-            "episode_real_success": float(real.mean())}
+            "episode_real_success": float(real.mean()),
+            "rate_matching_threshold": rate_matching_threshold(peaks.numpy(),
+                                                               float(real.mean()))}
 
 
 def finetune_classifier(reward, optimizer: torch.optim.Optimizer, frames: torch.Tensor,
