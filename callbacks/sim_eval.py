@@ -31,7 +31,8 @@ def world_model_success(pl_module: L.LightningModule, last_steps: int) -> float 
 
 class SimEvalCallback(L.Callback):
     """Evaluate ``pl_module.policy`` in the simulator at train start, every ``every_n_steps``
-    optimizer steps, and at train end. Logs ``sim/success`` and ``sim/success_<task>`` to the
+    optimizer steps, and at train end. Logs ``sim/success`` (with its 95% Wilson interval,
+    ``sim/ci95_low`` / ``sim/ci95_high``) and ``sim/success_<task>`` to the
     trainer's logger(s), writes ``num_videos`` GIFs and ``success_vs_step.png`` under
     ``<out_dir>`` (default ``<trainer.default_root_dir>/sim_eval``) and, with a WandbLogger,
     logs them as ``wandb.Video`` / ``wandb.Image``; at train end ``history.jsonl`` and
@@ -123,9 +124,9 @@ class SimEvalCallback(L.Callback):
                  for i, (task, fr, ok) in enumerate(res.videos)]
         plot = save_success_plot(self.history, os.path.join(out, "success_vs_step.png"))
         self._log_media(trainer, step, paths, plot)
-        print(f"[sim eval] step {step}: success {res.overall:.3f} "
+        print(f"[sim eval] step {step}: success {res.describe()} "
               + " ".join(f"{k} {v:.2f}" for k, v in res.success.items())
-              + f" ({res.episodes} episodes, {res.seconds:.0f} s)"
+              + f" ({res.seconds:.0f} s)"
               + ("" if wm is None else f" | world model's success since last eval {wm:.3f}"),
               flush=True)
         if unseen and self.unseen_eval_seeds:
@@ -142,7 +143,7 @@ class SimEvalCallback(L.Callback):
             res = evaluate_policy(pl_module.policy, **kw)
             extra.update({**res.metrics(f"sim_{name}"), f"sim_{name}/eval_seed": eval_seed})
             print(f"[sim eval] step {row['step']}: {name} scenes (eval_seed {eval_seed}): "
-                  f"success {res.overall:.3f} ({res.episodes} episodes, {res.seconds:.0f} s)",
+                  f"success {res.describe()} ({res.seconds:.0f} s)",
                   flush=True)
         row.update(extra)
         for lg in trainer.loggers:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
@@ -38,6 +37,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, check_held_out_seed, to_container  # noqa: E402
+from wmrl.stats import mean_se  # noqa: E402
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
 
@@ -68,10 +68,7 @@ def choose(success: dict[int, list[float]]) -> dict:
     """Mean +- SE over runs per step; the step with the highest mean, the shorter on a tie."""
     rows = {}
     for step, vals in sorted(success.items()):
-        n = len(vals)
-        mean = sum(vals) / n
-        se = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1) / n) if n > 1
-              else float("nan"))
+        mean, se = mean_se(vals)
         rows[step] = {"mean": mean, "se": se, "values": list(vals)}
     best = max(rows, key=lambda s: (round(rows[s]["mean"], 12), -s))
     return {"by_step": rows, "best_step": best}

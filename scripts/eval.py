@@ -34,6 +34,7 @@ import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.asset_checks import check_policy  # noqa: E402
 from wmrl.config import CONFIG_KEY, ConfigError, build, check_checkpoint  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
+from wmrl.stats import wilson  # noqa: E402
 
 PREFIX = "policy."
 
@@ -105,14 +106,15 @@ def run(cfg: dict) -> dict:
                           num_envs=int(cfg["num_envs"]), repeats=repeats,
                           num_videos=int(cfg.get("num_videos") or 0),
                           env=None if sim else dict(cfg["env"]), vec_env=sim)
-    out = {"success": res.overall, "per_task": res.success, "episodes": res.episodes,
+    out = {"success": res.overall, "success_ci95": list(res.interval()),
+           "per_task": res.success, "episodes": res.episodes,
            "temperature": float(cfg["temperature"]), "seconds": round(res.seconds, 1),
            "ckpt_path": cfg.get("ckpt_path"),
            "pretrained_path": cfg["policy"].get("pretrained_path")}
     if repeats > 1:
         flat = [o for v in res.outcomes.values() for o in v]
         out["mixed_fraction"] = mixed_group_fraction(flat, repeats)
-    print(format_table(res.success, res.outcomes))
+    print(format_table(res.outcomes))
     if cfg.get("out_dir"):
         os.makedirs(cfg["out_dir"], exist_ok=True)
         for i, (task, frames, ok) in enumerate(res.videos):
@@ -124,12 +126,13 @@ def run(cfg: dict) -> dict:
     return out
 
 
-def format_table(success: dict[str, float], outcomes: dict[str, list[bool]]) -> str:
-    rows = [f"{'task':<16}{'episodes':>9}{'success':>9}"]
-    for k, v in success.items():
-        rows.append(f"{k:<16}{len(outcomes[k]):>9d}{v:>9.3f}")
-    flat = [o for v in outcomes.values() for o in v]
-    rows.append(f"{'overall':<16}{len(flat):>9d}{sum(flat) / max(len(flat), 1):>9.3f}")
+def format_table(outcomes: dict[str, list[bool]]) -> str:
+    """Per task and overall: episodes, success and its 95% Wilson interval (``wmrl.stats``)."""
+    rows = [f"{'task':<16}{'episodes':>9}{'success':>9}  95% interval"]
+    for name, ok in [*outcomes.items(), ("overall", [o for v in outcomes.values() for o in v])]:
+        lo, hi = wilson(sum(ok), len(ok))
+        rows.append(f"{name:<16}{len(ok):>9d}{sum(ok) / max(len(ok), 1):>9.3f}  "
+                    f"[{lo:.3f}, {hi:.3f}]")
     return "\n".join(rows)
 
 

@@ -1,7 +1,7 @@
 """Fine-tune a reward checkpoint on the world model's imagination of real episodes.
 
     python scripts/fit_reward_to_imagination.py data_dir=DATA out_dir=OUT \
-        [reward=REWARD_DIR] [world_model=WM_DIR] [steps=300]
+        [reward_dir=REWARD_DIR] [world_model_dir=WM_DIR] [steps=300]
 
 Each episode of ``data_dir`` (scripts/collect.py datasets) is replayed open loop in the world
 model from its first frame; each imagined frame is labelled with the simulator's success label
@@ -41,12 +41,12 @@ REWARDS = {"resnet": ResNetSuccessReward, "resnet_task": TaskResNetSuccessReward
 def load_reward(path: str):
     """(reward model, its config.json) of a scripts/train_reward.py checkpoint dir."""
     if not (Path(path) / "model.safetensors").is_file():
-        raise FileNotFoundError(f"reward={path}: not a reward checkpoint dir (no "
+        raise FileNotFoundError(f"reward_dir={path}: not a reward checkpoint dir (no "
                                 "model.safetensors); point it at scripts/train_reward.py's out_dir")
     _, config = read_checkpoint(path)
     arch = (config or {}).get("arch", "resnet")
     if arch not in REWARDS:
-        raise ValueError(f"reward={path}: arch {arch!r} is not one of {sorted(REWARDS)}")
+        raise ValueError(f"reward_dir={path}: arch {arch!r} is not one of {sorted(REWARDS)}")
     return REWARDS[arch](checkpoint=path, round=False), config
 
 
@@ -56,8 +56,8 @@ def run(cfg: dict) -> dict:
     episodes = [ep for d in dirs for ep in TrajectoryDataset(d)]
     if not episodes:
         raise ValueError(f"data_dir={dirs}: no episodes")
-    reward, config = load_reward(str(cfg["reward"]))
-    world_model = ActionWanModel.from_pretrained(cfg["world_model"]).eval()
+    reward, config = load_reward(str(cfg["reward_dir"]))
+    world_model = ActionWanModel.from_pretrained(cfg["world_model_dir"]).eval()
     torch.manual_seed(int(cfg["seed"]))
     optimizer = torch.optim.AdamW(reward.model.parameters(), lr=float(cfg["lr"]))
     out = fit_reward_to_imagination(
@@ -66,7 +66,8 @@ def run(cfg: dict) -> dict:
         int(cfg["num_inference_steps"]), int(cfg["seed"]))
     losses = out.pop("losses")
     k = max(1, len(losses) // 10)
-    metrics = {"source_reward": str(cfg["reward"]), "world_model": str(cfg["world_model"]),
+    metrics = {"reward_dir": str(cfg["reward_dir"]),
+               "world_model_dir": str(cfg["world_model_dir"]),
                "data_dir": [str(d) for d in dirs], "episodes": len(episodes),
                "steps": int(cfg["steps"]), "success_threshold": float(cfg["success_threshold"]),
                "loss_first": sum(losses[:k]) / k if losses else None,

@@ -109,8 +109,8 @@ def reward_on_imagination(data: Path, assets: Path, tasks: str) -> None:
     run("collect.py", f"collect.out_dir={fresh}", f"collect.tasks={tasks}",
         "collect.episodes_per_task=256", "collect.seed=41", "collect.num_envs=16",
         "collect.overwrite=true", policy_source(assets / "policy"))
-    run("fit_reward_to_imagination.py", f"data_dir={fresh}", f"reward={assets / 'reward'}",
-        f"world_model={assets / 'world_model'}",
+    run("fit_reward_to_imagination.py", f"data_dir={fresh}", f"reward_dir={assets / 'reward'}",
+        f"world_model_dir={assets / 'world_model'}",
         f"out_dir={assets / 'reward_on_imagination'}")
 
 

@@ -5,7 +5,8 @@
 
 Reads each run's ``sim_eval/history.jsonl`` (``SimEvalCallback``) and, for the exploitation
 signal, its csv log. Prints one line per run, then the mean +- standard error over runs
-(SE = sample std / sqrt(n)), and one JSON line with every figure:
+(SE = sample std / sqrt(n)) with the 95% t-interval of the mean and n (``wmrl.stats``), and
+one JSON line with every figure:
 
 * ``gain_train``: simulator success at the last eval minus step 0, on the scenes the world
   model starts from (the training scenes); ``gain_unseen``: the same on the unseen scene set
@@ -37,11 +38,10 @@ import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.run_logs import RunLogError, pearson, read_metric  # noqa: E402
+from wmrl.run_logs import RunLogError, read_metric  # noqa: E402
+from wmrl.stats import mean_se, pearson, t_interval  # noqa: E402
 
 
 def read_seed(run: str) -> int:
@@ -74,8 +74,7 @@ def paired(per_run: list[dict], baseline: list[dict]) -> dict:
     for key in sorted({k for r, _ in pairs for k in r if k.startswith("gain_")}):
         diffs = [r[key] - b[key] for r, b in pairs if key in r and key in b]
         if diffs:
-            m, se = mean_se(diffs)
-            out[key] = {"mean": m, "se": se, "values": diffs}
+            out[key] = _summary(diffs)
     return out
 
 
@@ -88,12 +87,6 @@ def read_history(run: str) -> list[dict]:
     if len(rows) < 2 or rows[0]["step"] != 0:
         raise RunLogError(f"{path}: needs the step-0 eval and at least one more")
     return rows
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    v = np.asarray(values, dtype=float)
-    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
-    return float(v.mean()), se
 
 
 def run_figures(run: str, signal: str) -> dict:
@@ -129,14 +122,27 @@ def run_figures(run: str, signal: str) -> dict:
     return out
 
 
+def _summary(values: list[float]) -> dict:
+    """Mean, SE, the 95% t-interval of the mean (n - 1 degrees of freedom), the lowest."""
+    m, se = mean_se(values)
+    _, lo, hi = t_interval(values)
+    return {"mean": m, "se": se, "ci95": [lo, hi], "min": float(min(values)),
+            "values": list(values)}
+
+
+def _pm(v: dict) -> str:
+    lo, hi = v["ci95"]
+    return (f"{100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points (mean +- SE, 95% CI "
+            f"[{100 * lo:+.1f}, {100 * hi:+.1f}], n={len(v['values'])}, "
+            f"min {100 * v['min']:+.1f})")
+
+
 def report(runs: list[str], signal: str = "wm/fragile_success",
            against: list[str] | None = None) -> dict:
     per_run = [run_figures(r, signal) for r in runs]
     summary: dict = {"runs": len(per_run), "signal_metric": signal}
     for key in sorted({k for r in per_run for k in r if k.startswith("gain_")}):
-        vals = [r[key] for r in per_run if key in r]
-        m, se = mean_se(vals)
-        summary[key] = {"mean": m, "se": se, "min": float(min(vals)), "values": vals}
+        summary[key] = _summary([r[key] for r in per_run if key in r])
     summary["real_episodes"] = [r["real_episodes"] for r in per_run]
     gaps = [g for r in per_run for g in r["wm_gap"]]
     summary["max_abs_wm_gap"] = float(max(map(abs, gaps))) if gaps else float("nan")
@@ -178,13 +184,12 @@ def main(argv: list[str] | None = None) -> int:
               f"wm - sim {gaps} | real episodes {r['real_episodes']}")
     for key, v in res["summary"].items():
         if key.startswith("gain_"):
-            print(f"{key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points (mean +- SE, "
-                  f"n={len(v['values'])}, min {100 * v['min']:+.1f})")
+            print(f"{key}: {_pm(v)}")
     for key, v in res["summary"].get("paired", {}).items():
         if key.startswith("gain_"):
             diffs = ", ".join(f"{100 * d:+.1f}" for d in v["values"])
-            print(f"paired {key}: {100 * v['mean']:+.1f} +- {100 * v['se']:.1f} points vs the "
-                  f"baseline (seeds {res['summary']['paired']['seeds']}: {diffs})")
+            print(f"paired {key}: {_pm(v)} vs the baseline (seeds "
+                  f"{res['summary']['paired']['seeds']}: {diffs})")
     print(json.dumps(res["summary"]))
     return 0
 

@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from wmrl.run_logs import RunLogError, betainc, compare, pearson, read_metric, t_two_sided_p, welch
+from wmrl.run_logs import RunLogError, compare, read_metric
+from wmrl.stats import mean_se, pearson, t_interval, welch, wilson
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M = "rollout/success"
@@ -114,22 +115,28 @@ def test_identical_last_windows_give_p_one(tmp_path):
     assert res["mean_diff"] == pytest.approx(0.5)
 
 
-def test_t_p_values_match_closed_forms():
-    # df = 1 (Cauchy): p = 1 - (2/pi) atan|t|; df = 2: p = 1 - |t| / sqrt(2 + t^2)
-    for t in (0.1, 0.7, 1.0, 2.0, 5.0, 40.0):
-        assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-12)
-        assert t_two_sided_p(-t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
-    assert t_two_sided_p(0.0, 7) == 1.0
-    # a large df tends to the normal: p(1.959964) = 0.05
-    assert t_two_sided_p(1.959964, 1e7) == pytest.approx(0.05, abs=1e-5)
-    assert betainc(2, 3, 0.4) == pytest.approx(0.5248, abs=1e-12)  # 1 - 0.6^4 (1 + 4 * 0.4)
+def test_statistics_hand_checked():
     # Welch by hand: means 1 and 3, variances 2 and 2, n 2 and 2: t = 2 / sqrt(2/2 + 2/2),
-    # df = (1 + 1)^2 / (1/1 + 1/1) = 2
+    # df = (1 + 1)^2 / (1/1 + 1/1) = 2, and for df = 2 P(|T| >= t) = 1 - t / sqrt(2 + t^2)
     w = welch([0.0, 2.0], [2.0, 4.0])
     assert w["t"] == pytest.approx(math.sqrt(2)) and w["df"] == pytest.approx(2.0)
     assert w["p"] == pytest.approx(1 - math.sqrt(2) / 2, abs=1e-12)
-    assert math.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))  # a constant series
-
+    assert welch([1.0, 1.0], [1.0, 1.0])["p"] == 1.0 and welch([1.0, 1.0], [2.0, 2.0])["p"] == 0.0
+    assert math.isnan(welch([1.0], [2.0, 3.0])["p"])
+    # Wilson: 113 of 256 -> (k + z^2/2 -+ z sqrt(k(n-k)/n + z^2/4)) / (n + z^2), z = 1.95996
+    z, k, n = 1.959964, 113, 256
+    half = z * math.sqrt(k * (n - k) / n + z * z / 4)
+    lo, hi = wilson(k, n)
+    assert lo == pytest.approx((k + z * z / 2 - half) / (n + z * z), abs=1e-6)
+    assert hi == pytest.approx((k + z * z / 2 + half) / (n + z * z), abs=1e-6)
+    assert (round(100 * lo, 1), round(100 * hi, 1)) == (38.2, 50.3)
+    # mean +- SE and the t-interval over 3 seeds: SE = 0.02 / sqrt(3), t_{0.975, 2} = 4.3027
+    m, se = mean_se([0.08, 0.10, 0.12])
+    assert m == pytest.approx(0.10) and se == pytest.approx(0.02 / math.sqrt(3))
+    _, lo, hi = t_interval([0.08, 0.10, 0.12])
+    assert hi - m == pytest.approx(4.302653 * se, rel=1e-6) and lo == pytest.approx(2 * m - hi)
+    assert pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
+    assert math.isnan(pearson([1.0, 1.0], [2.0, 3.0]))
 
 def test_cli_prints_figures_as_json_and_writes_the_plot(tmp_path):
     steps = np.arange(1, 31)

@@ -43,6 +43,9 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
     assert res["gain_train"]["mean"] == pytest.approx(0.10)
     assert res["gain_train"]["se"] == pytest.approx(0.04 / math.sqrt(3))
     assert res["gain_train"]["min"] == pytest.approx(0.06)
+    # 95% t-interval: 0.10 +- t_{0.975, 2} SE = 0.10 +- 4.3027 * 0.02309 = [0.0006, 0.1994]
+    assert res["gain_train"]["ci95"] == pytest.approx([0.10 - 0.099367, 0.10 + 0.099367],
+                                                      abs=1e-5)
     assert res["gain_unseen"]["values"] == pytest.approx([0.08, 0.04, 0.12])
     # wm - sim: -0.15, +0.10 | -0.07, +0.04 | -0.08, -0.10 -> largest |gap| 0.15
     assert res["max_abs_wm_gap"] == pytest.approx(0.15)
@@ -58,7 +61,8 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
     assert seed_report.main(runs) == 0
     out = capsys.readouterr().out
     assert "real episodes 480" in out
-    assert "gain_train: +10.0 +- 2.3 points (mean +- SE, n=3, min +6.0)" in out
+    assert ("gain_train: +10.0 +- 2.3 points (mean +- SE, 95% CI [+0.1, +19.9], n=3, "
+            "min +6.0)") in out
 
 
 def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
@@ -82,7 +86,9 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     assert res["gain_unseen"]["values"] == pytest.approx([0.0, -0.04, 0.0])
     assert res["gain_unseen"]["se"] == pytest.approx(np.std([0.0, -0.04, 0.0], ddof=1) / 3 ** 0.5)
     assert seed_report.main(new + ["--against"] + base) == 0
-    assert "paired gain_train: +4.3 +- 1.2 points vs the baseline" in capsys.readouterr().out
+    # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
+    assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
+            "min +2.0) vs the baseline") in capsys.readouterr().out
     # a baseline with no shared seed is named
     (tmp_path / "base" / "s0" / "config.yaml").write_text("seed: 7\n")
     assert seed_report.main(new[1:2] + ["--against", base[0]]) == 2

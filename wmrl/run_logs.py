@@ -7,9 +7,8 @@ Only csv is read: wandb 0.31 ships no reader for its offline ``.wandb`` files (t
 ``wandb.sdk.internal.datastore`` is gone; wandb-core, in Go, reads them), so a wandb-only run
 dir is named as such, with how to export it (``docs/running.md``, "What a run records, and comparing two runs").
 
-Statistics use numpy and ``math`` only: Pearson's r over the common steps, the mean and final
-difference (B - A), and Welch's two-sample t-test over the last ``window`` common steps (its
-two-sided p-value from the regularized incomplete beta function).
+Statistics (``wmrl.stats``, scipy): Pearson's r over the common steps, the mean and final
+difference (B - A), and Welch's two-sample t-test over the last ``window`` common steps.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from wmrl.stats import pearson, welch
 
 STEP_COLUMNS = ("step", "trainer/global_step")  # CSVLogger's; WandbLogger's, in an export
 EXPORT_HINT = ("only csv logs are read (wandb 0.31 has no reader for offline .wandb files): "
@@ -109,76 +110,6 @@ def align(a: Series, b: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(common steps, a's values there, b's values there)."""
     steps, ia, ib = np.intersect1d(a.steps, b.steps, assume_unique=True, return_indices=True)
     return steps, a.values[ia], b.values[ib]
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson's r; NaN with fewer than 2 points or a constant series."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(x) < 2:
-        return math.nan
-    dx, dy = x - x.mean(), y - y.mean()
-    den = math.sqrt(float(dx @ dx) * float(dy @ dy))
-    return float(dx @ dy) / den if den > 0 else math.nan
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
-    if math.isnan(t) or math.isnan(df):
-        return math.nan
-    if math.isinf(t):
-        return 0.0
-    return betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def welch(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Welch's t-test of mean(y) - mean(x): ``t``, ``df``, two-sided ``p``. Two constant
-    samples: p = 1 if their means are equal, else 0 (df NaN); fewer than 2 each: all NaN."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    nx, ny = len(x), len(y)
-    if nx < 2 or ny < 2:
-        return {"t": math.nan, "df": math.nan, "p": math.nan}
-    vx, vy = float(x.var(ddof=1)) / nx, float(y.var(ddof=1)) / ny
-    diff = float(y.mean() - x.mean())
-    if vx + vy == 0.0:
-        return {"t": 0.0 if diff == 0 else math.copysign(math.inf, diff), "df": math.nan,
-                "p": 1.0 if diff == 0 else 0.0}
-    t = diff / math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / (vx ** 2 / (nx - 1) + vy ** 2 / (ny - 1))
-    return {"t": t, "df": df, "p": t_two_sided_p(t, df)}
 
 
 def compare(a: Series, b: Series, window: int = 20) -> dict:

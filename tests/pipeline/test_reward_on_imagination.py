@@ -5,9 +5,9 @@ model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -112,31 +112,35 @@ def sim_episodes(tmp_path_factory):
     return root
 
 
+def run_script(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/fit_reward_to_imagination.py", *overrides],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
 def test_script_fine_tunes_a_checkpoint_on_replays(sim_episodes, tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "fit_reward_to_imagination", Path(ROOT) / "scripts" / "fit_reward_to_imagination.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    """The command line ``make assets`` runs (stage 7), at tiny sizes."""
     eps = list(TrajectoryDataset(sim_episodes / "data"))
-    cfg = {"reward": str(sim_episodes / "reward"), "world_model": str(sim_episodes / "wm"),
-           "data_dir": str(sim_episodes / "data"), "out_dir": str(tmp_path / "out"),
-           "steps": 5, "lr": 1e-3, "batch_size": 16, "holdout": 0.34,
-           "success_threshold": 0.5, "num_inference_steps": 2, "seed": 0}
-    m = script.run(cfg)
-    n_train = len(R.split_episodes([ep.success for ep in eps], 0.34, 0)[0])
-    assert (m["episodes"], m["train_episodes"]) == (6, n_train)
-    assert m["held_out_episodes"] == 6 - n_train > 0
+    args = [f"reward_dir={sim_episodes / 'reward'}", f"world_model_dir={sim_episodes / 'wm'}",
+            f"data_dir={sim_episodes / 'data'}", f"out_dir={tmp_path / 'out'}", "steps=5",
+            "lr=1e-3", "batch_size=16", "holdout=0.34", "success_threshold=0.5",
+            "num_inference_steps=2"]
+    out = run_script(*args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "held-out replays: episode precision" in out.stdout
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    train, held = R.split_episodes([ep.success for ep in eps], 0.34, 0)
+    assert (m["episodes"], m["train_episodes"], m["held_out_episodes"]) == (6, len(train),
+                                                                             len(held))
+    assert len(held) > 0 and m["steps"] == 5
     # every frame of the training episodes' replays, labelled by the simulator
-    train = R.split_episodes([ep.success for ep in eps], 0.34, 0)[0]
     assert m["train_frames"] == sum(len(eps[i]) for i in train)
     assert m["train_positive_frames"] == sum(int(eps[i].success_labels[1:].sum()) for i in train)
     assert set(m["before"]) == set(m["after"]) and 0 <= m["after"]["episode_recall"] <= 1
     # a loadable checkpoint with the source's architecture, and weights that moved
-    out = ResNetSuccessReward(checkpoint=str(tmp_path / "out"))
+    new = ResNetSuccessReward(checkpoint=str(tmp_path / "out"))
     src = ResNetSuccessReward(checkpoint=str(sim_episodes / "reward"))
-    moved = [not torch.equal(a, b) for a, b in zip(out.model.state_dict().values(),
-                                                   src.model.state_dict().values())]
-    assert any(moved)
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps"] == 5
-    with pytest.raises(FileNotFoundError, match=r"reward=.*not a reward checkpoint dir"):
-        script.run({**cfg, "reward": str(tmp_path)})
+    assert any(not torch.equal(a, b) for a, b in zip(new.model.state_dict().values(),
+                                                     src.model.state_dict().values()))
+    bad = run_script(*args[1:], f"reward_dir={tmp_path}")
+    assert bad.returncode != 0 and f"reward_dir={tmp_path}: not a reward checkpoint dir" in (
+        bad.stdout + bad.stderr)

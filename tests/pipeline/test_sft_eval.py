@@ -108,6 +108,9 @@ def test_evaluate_policy_deterministic():
     r1, r2 = evaluate_policy(policy, seed=3, **kw), evaluate_policy(policy, seed=3, **kw)
     r3 = evaluate_policy(policy, seed=4, **kw)
     assert r1.episodes == 2 and set(r1.success) == {"red_on_plate"}
+    lo, hi = r1.interval()  # the 95% Wilson interval of k of 2, logged beside the rate
+    assert lo <= r1.overall <= hi and r1.metrics()["sim/ci95_low"] == lo
+    assert r1.describe().endswith(f"[{100 * lo:.1f}, {100 * hi:.1f}] of 2")
     assert all(np.array_equal(a[1], b[1]) for a, b in zip(r1.videos, r2.videos))
     assert not np.array_equal(r1.videos[0][1], r3.videos[0][1])  # the seed reaches sampling
     assert mixed_group_fraction([1, 0, 1, 1, 0, 0, 0, 0], 4) == 0.5
@@ -193,6 +196,15 @@ def test_eval_script_loads_lightning_ckpt(tmp_path):
                   "seed": 0, "num_envs": 2, "repeats": 1, "num_videos": 1,
                   "out_dir": str(tmp_path / "eval"), "env": ENV})
     assert out["episodes"] == 2 and set(out["per_task"]) == {"red_left"}
+    lo, hi = out["success_ci95"]
+    assert lo <= out["success"] <= hi
+    # 1 of 4 and 3 of 4: Wilson's (k + z^2/2 -+ z sqrt(k (n-k) / n + z^2/4)) / (n + z^2)
+    assert ev.format_table({"a": [True, False, False, False],
+                            "b": [True, True, True, False]}).splitlines() == [
+        "task             episodes  success  95% interval",
+        "a                       4    0.250  [0.046, 0.699]",
+        "b                       4    0.750  [0.301, 0.954]",
+        "overall                 8    0.500  [0.215, 0.785]"]
     assert (tmp_path / "eval/results.json").is_file()
     assert len(list((tmp_path / "eval").glob("red_left_0_*.gif"))) == 1
     torch.save({"state_dict": {"model.w": torch.zeros(1)}}, tmp_path / "bad.ckpt")

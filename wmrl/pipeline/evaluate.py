@@ -18,6 +18,7 @@ from wmrl.atomic import atomic_path
 from wmrl.config import build
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv
+from wmrl.stats import rate_with_interval, wilson
 
 
 @dataclass
@@ -29,8 +30,22 @@ class EvalResult:
     videos: list[tuple[str, np.ndarray, bool]] = field(default_factory=list)  # task, frames, ok
     outcomes: dict[str, list[bool]] = field(default_factory=dict)  # per task, per episode
 
+    @property
+    def successes(self) -> int:
+        return int(sum(o for v in self.outcomes.values() for o in v))
+
+    def interval(self) -> tuple[float, float]:
+        """The 95% Wilson interval of the overall success (``wmrl.stats.wilson``)."""
+        return wilson(self.successes, self.episodes)
+
+    def describe(self) -> str:
+        """``"44.1% [38.2, 50.3] of 256"``: the overall success with its interval."""
+        return f"{rate_with_interval(self.successes, self.episodes)} of {self.episodes}"
+
     def metrics(self, prefix: str = "sim") -> dict[str, float]:
-        out = {f"{prefix}/success": self.overall}
+        lo, hi = self.interval()
+        out = {f"{prefix}/success": self.overall, f"{prefix}/ci95_low": lo,
+               f"{prefix}/ci95_high": hi}
         out.update({f"{prefix}/success_{k}": v for k, v in self.success.items()})
         return out
 
