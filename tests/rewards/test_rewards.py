@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import pickle
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from safetensors.torch import save_file
 from wmrl.interfaces import RewardModel
 from wmrl.pipeline.reward_evaluation import (
     binary_metrics,
+    ranking_metrics,
     reward_report,
     score_histogram,
     trajectory_success,
@@ -134,6 +136,11 @@ def test_binary_metrics_by_hand():
     assert m["precision"] == pytest.approx(2 / 3) and m["recall"] == 1.0
     assert m["f1"] == pytest.approx(0.8) and m["accuracy"] == 0.75
     assert binary_metrics(torch.zeros(3), torch.zeros(3))["f1"] == 0.0
+    # AUROC: of the 4 (positive, negative) pairs, 0.6 < 0.8 is the one ranked wrong -> 3/4;
+    # ECE, one score per bin: (|0.9-1| + |0.8-0| + |0.2-0| + |0.6-1|) / 4 = 0.375
+    r = ranking_metrics(torch.tensor([0.9, 0.8, 0.2, 0.6]), torch.tensor([1, 0, 0, 1]))
+    assert r["auroc"] == pytest.approx(0.75) and r["ece"] == pytest.approx(0.375)
+    assert math.isnan(ranking_metrics(torch.ones(3), torch.ones(3))["auroc"])
 
 
 def test_histogram_success_and_zero_variance_groups():

@@ -1,7 +1,9 @@
-"""Judge a reward model against ground-truth success labels (pure torch, no model code).
+"""Judge a reward model against ground-truth success labels (torchmetrics, no model code).
 
 * ``binary_metrics``: precision = TP/(TP+FP), recall = TP/(TP+FN), F1 = 2PR/(P+R),
-  accuracy, on ``score >= threshold`` (0/0 counts as 0).
+  accuracy, on ``score >= threshold`` (0/0 counts as 0; counts from
+  ``torchmetrics``' ``binary_stat_scores``).
+* ``ranking_metrics``: AUROC and the expected calibration error (torchmetrics).
 * ``score_histogram``: counts of scores in equal bins over [0, 1].
 * ``trajectory_success``: success_once per trajectory from per-frame scores,
   ``max_t score_t >= threshold`` (the env's rule, threshold 0.9).
@@ -13,6 +15,11 @@
 from __future__ import annotations
 
 import torch
+from torchmetrics.functional.classification import (
+    binary_auroc,
+    binary_calibration_error,
+    binary_stat_scores,
+)
 
 
 def binary_metrics(scores: torch.Tensor, labels: torch.Tensor,
@@ -20,17 +27,28 @@ def binary_metrics(scores: torch.Tensor, labels: torch.Tensor,
     scores, labels = torch.as_tensor(scores).flatten(), torch.as_tensor(labels).flatten()
     if scores.shape != labels.shape:
         raise ValueError(f"binary_metrics: {scores.numel()} scores vs {labels.numel()} labels")
-    pred, true = scores >= threshold, labels.bool()
-    tp = int((pred & true).sum())
-    fp = int((pred & ~true).sum())
-    fn = int((~pred & true).sum())
-    tn = int((~pred & ~true).sum())
+    # (score >= threshold) as torchmetrics' 0/1 predictions: no threshold or sigmoid applied
+    pred = (scores.float() >= threshold).long()
+    tp, fp, tn, fn, _ = (int(v) for v in binary_stat_scores(pred, labels.long()))
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1,
             "accuracy": (tp + tn) / max(1, scores.numel()),
             "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+
+
+def ranking_metrics(scores: torch.Tensor, labels: torch.Tensor, bins: int = 10
+                    ) -> dict[str, float]:
+    """Threshold-free: ``auroc`` (can a threshold separate them at all?) and ``ece``, the
+    expected calibration error over ``bins`` equal-width bins (is p(success) a probability,
+    as the graded return 5 * p reads it?); NaN unless both classes occur."""
+    scores = torch.as_tensor(scores, dtype=torch.float32).flatten()
+    labels = torch.as_tensor(labels).flatten().long()
+    if not 0 < int(labels.sum()) < labels.numel():
+        return {"auroc": float("nan"), "ece": float("nan")}
+    return {"auroc": float(binary_auroc(scores, labels)),
+            "ece": float(binary_calibration_error(scores.clamp(0, 1), labels, n_bins=bins))}
 
 
 def score_histogram(scores: torch.Tensor, bins: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,8 +87,10 @@ def reward_report(frame_scores: torch.Tensor, frame_labels: torch.Tensor,
     labels = torch.as_tensor(frame_labels)
     pred_traj = trajectory_success(scores, success_threshold)
     report = {
-        "frame": binary_metrics(scores, labels, 0.5),
-        "trajectory": binary_metrics(pred_traj.float(), labels.bool().any(dim=-1), 0.5),
+        "frame": {**binary_metrics(scores, labels, 0.5), **ranking_metrics(scores, labels)},
+        "trajectory": {**binary_metrics(pred_traj.float(), labels.bool().any(dim=-1), 0.5),
+                       "auroc": ranking_metrics(scores.amax(dim=-1),
+                                                labels.bool().any(dim=-1))["auroc"]},
         "histogram": score_histogram(scores, bins)[0].tolist(),
     }
     if group_size:

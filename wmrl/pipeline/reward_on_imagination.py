@@ -32,11 +32,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torchmetrics.functional.classification import binary_auroc
 
 from wmrl.pipeline.dataset import Episode
 from wmrl.pipeline.reward_data import imagined_replays
-from wmrl.pipeline.reward_evaluation import binary_metrics
+from wmrl.pipeline.reward_evaluation import binary_metrics, ranking_metrics
 from wmrl.pipeline.threshold_calibration import rate_matching_threshold
 from wmrl.pipeline.world_model_training import optimizer_step
 from wmrl.rewards.resnet import training_input
@@ -79,13 +78,6 @@ def replay_scores(reward, videos: Sequence[np.ndarray],
             for v, t in zip(videos, tasks)]
 
 
-def _auroc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Area under the ROC curve (NaN unless both classes occur)."""
-    if not 0 < float(labels.sum()) < len(labels):
-        return float("nan")
-    return float(binary_auroc(scores, labels.long()))
-
-
 def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Episode],
                    threshold: float) -> dict[str, float]:
     """Frame and episode precision / recall of the reward on imagined frames against the
@@ -103,9 +95,9 @@ def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Epis
     real = torch.tensor([ep.success for ep in episodes], dtype=torch.float32)
     episode = binary_metrics(peaks, real, threshold)
     return {"frame_precision": frame["precision"], "frame_recall": frame["recall"],
-            "frame_auroc": _auroc(s, y),
+            "frame_auroc": ranking_metrics(s, y)["auroc"],
             "episode_precision": episode["precision"], "episode_recall": episode["recall"],
-            "episode_accuracy": episode["accuracy"], "episode_auroc": _auroc(peaks, real),
+            "episode_accuracy": episode["accuracy"], "episode_auroc": ranking_metrics(peaks, real)["auroc"],
             "episode_wm_success": float((peaks >= threshold).float().mean()),
             "episode_real_success": float(real.mean()),
             "rate_matching_threshold": rate_matching_threshold(peaks.numpy(),
