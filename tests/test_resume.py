@@ -119,6 +119,15 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
     for key in ("wm/fragile_success", "rollout/dropped_unrepeatable"):
         a_, long_ = (read_metric(str(tmp_path / n), key).values for n in ("a", "long"))
         assert len(a_) == 2 and len(long_) == 3 and (a_ == long_[:2]).all(), key
+    # the trained policy leaves wmrl in the shipped policy's layout (scripts/export.py)
+    from wmrl.pipeline.export import export_policy
+    from wmrl.policies.openvla_oft import OpenVLAOFTPolicy
+
+    export_policy(str(tmp_path / "a" / "checkpoints" / "last.ckpt"), str(tmp_path / "export"))
+    back = OpenVLAOFTPolicy.from_pretrained(str(tmp_path / "export"), unnorm_key="tabletop")
+    assert all(torch.equal(v, a[1][f"policy.{k}"]) for k, v in back.state_dict().items())
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert "| 0 | " in card and "| 2 | " in card  # the run's sim evals, with intervals
     pool = tmp_path / "cache" / "train_pool" / "red_of_two-front_close-64x64-seed3-n16"
     config = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert config["env"]["initial_states"] == str(pool) and len(os.listdir(pool)) == 2

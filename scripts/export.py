@@ -1,0 +1,47 @@
+"""Export a fit's result out of wmrl.
+
+    python scripts/export.py RUN/checkpoints/last.ckpt --out DIR                 # the policy
+    python scripts/export.py RUN/checkpoints/last.ckpt --out DIR --world-model   # PACE's world model
+
+The policy goes out in exactly the layout the fit started from (``policy.pretrained_path``:
+same shard files, tensor names, shapes, dtypes, index, config.json, dataset statistics,
+tokenizer files), with a model card (README.md: base checkpoint, recipe, the run's config,
+its simulator evaluations with 95% intervals). ``--world-model`` writes instead the world
+model PACE refined during the fit, as a loadable world-model directory. ``--source DIR``:
+the layout / world model to start from when the run's own path is not on this machine.
+wmrl/pipeline/export.py; docs/running.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wmrl.errors import ConfigError  # noqa: E402
+from wmrl.pipeline.export import export_policy, export_world_model  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("ckpt", help="a checkpoint that scripts/fit.py wrote (.ckpt)")
+    ap.add_argument("--out", required=True, help="a new (or empty) directory")
+    ap.add_argument("--world-model", action="store_true",
+                    help="export the PACE-refined world model instead of the policy")
+    ap.add_argument("--source", default=None, help="the directory the run started from, when "
+                    "the path in the checkpoint's config is not on this machine")
+    args = ap.parse_args(argv)
+    try:
+        export = export_world_model if args.world_model else export_policy
+        print(json.dumps(export(args.ckpt, args.out, args.source)))
+    except ConfigError as err:
+        print(f"export: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""scripts/export.py (wmrl/pipeline/export.py): a fit checkpoint's policy written into its
+source's layout (shards, names, shapes, dtypes, index, files), loaded back by wmrl and by
+key set; the PACE-refined world model as a loadable directory; bad input in one line.
+(The tabletop fit test, tests/test_resume.py, exports the checkpoint a real fit wrote.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import ROOT
+from safetensors import safe_open
+from test_pace import tiny_world_model
+
+from wmrl.config import CONFIG_KEY
+from wmrl.errors import ConfigError
+from wmrl.pipeline.export import export_policy, export_world_model
+from wmrl.pipeline.pace import trained_state
+from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy, tiny_config
+from wmrl.world_model.action_wan import ActionWanModel
+
+STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],
+                    "mask": [True] * 6 + [False]}}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A bf16 policy directory in the upstream layout, split into 2 shards."""
+    root = tmp_path_factory.mktemp("export") / "base"
+    cfg = dict(tiny_config(), norm_stats={"tabletop": STATS})
+    policy = build_policy(config=cfg, unnorm_key="tabletop", dtype="bfloat16")
+    policy.save_pretrained(str(root), max_shard_bytes=200_000)
+    (root / "processor_config.json").write_text('{"any": "file"}')  # copied as it is
+    return root
+
+
+def fit_checkpoint(path, source, **extra) -> dict:
+    """A checkpoint as scripts/fit.py writes it: the module's state_dict (the policy trained in
+    float32) and the resolved run config."""
+    policy = OpenVLAOFTPolicy.from_pretrained(str(source), unnorm_key="tabletop").float()
+    trained = {f"policy.{k}": v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
+               for k, v in policy.state_dict().items()}
+    cfg = {"seed": 0, "task": {"name": "red_of_two"},
+           "policy": {"_target_": "wmrl.policies.openvla_oft.build_policy",
+                      "pretrained_path": str(source), "unnorm_key": "tabletop"},
+           "algorithm": {"lr": 6e-5, "kl_coef": 0.1}}
+    ckpt = {"state_dict": trained, "global_step": 30, CONFIG_KEY: cfg, **extra}
+    torch.save(ckpt, path)
+    return ckpt
+
+
+def test_policy_goes_out_in_the_source_layout(source, tmp_path):
+    ckpt = fit_checkpoint(tmp_path / "last.ckpt", source)
+    out = tmp_path / "out"
+    summary = export_policy(str(tmp_path / "last.ckpt"), str(out))
+    assert len(summary["files"]) >= 2  # the source's two shards, same names
+    src_files = sorted(p.name for p in source.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == sorted(src_files + ["README.md"])
+    assert (out / "model.safetensors.index.json").read_text() == (
+        source / "model.safetensors.index.json").read_text()
+    for fn in summary["files"]:
+        with safe_open(str(source / fn), "pt") as a, safe_open(str(out / fn), "pt") as b:
+            assert sorted(a.keys()) == sorted(b.keys()) and a.metadata() == b.metadata()
+            for k in a.keys():
+                ta, tb = a.get_tensor(k), b.get_tensor(k)
+                assert (tb.dtype, tb.shape) == (ta.dtype, ta.shape)  # bf16 kept
+                assert torch.equal(tb, ckpt["state_dict"][f"policy.{k}"].to(ta.dtype))
+    # wmrl loads it (strict: no missing or extra key) with the trained weights
+    back = OpenVLAOFTPolicy.from_pretrained(str(out), unnorm_key="tabletop")
+    assert torch.equal(back.state_dict()["projector.fc1.weight"],
+                       ckpt["state_dict"]["policy.projector.fc1.weight"].bfloat16())
+    card = (out / "README.md").read_text()
+    assert "library_name: wmrl" in card and f"`{source}`" in card and "kl_coef: 0.1" in card
+
+
+def test_world_model_of_pace_goes_out_loadable(tmp_path):
+    tiny_world_model().save_pretrained(tmp_path / "wm")
+    refined = tiny_world_model()
+    with torch.no_grad():
+        for p in refined.transformer.parameters():
+            p.add_(0.01)
+    torch.save({"state_dict": {}, "global_step": 5,
+                CONFIG_KEY: {"env": {"world_model": {"path": str(tmp_path / "wm")}}},
+                "pace": {"version": 1, "world_model": trained_state(refined)}},
+               tmp_path / "pace.ckpt")
+    export_world_model(str(tmp_path / "pace.ckpt"), str(tmp_path / "out"))
+    back = ActionWanModel.from_pretrained(tmp_path / "out").state_dict()
+    assert all(torch.equal(back[k], v) for k, v in refined.state_dict().items())
+    torch.save({"state_dict": {}, "pace": {"version": 0, "world_model": None}},
+               tmp_path / "nopace.ckpt")
+    with pytest.raises(ConfigError, match="holds no refined world model"):
+        export_world_model(str(tmp_path / "nopace.ckpt"), str(tmp_path / "out2"))
+
+
+def test_bad_input_is_one_line(source, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("export_script",
+                                                  Path(ROOT) / "scripts" / "export.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def export(*args):
+        code = script.main([str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    res = export(tmp_path / "nope.ckpt", "--out", tmp_path / "o")
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"export: {tmp_path / 'nope.ckpt'} does not exist: pass a checkpoint that "
+        "scripts/fit.py wrote (<run_dir>/checkpoints/last.ckpt)"]
+    (tmp_path / "junk.ckpt").write_text("not a checkpoint")
+    assert "is not a Lightning checkpoint" in export(tmp_path / "junk.ckpt", "--out",
+                                                     tmp_path / "o").stderr
+    torch.save({"state_dict": {"model.w": torch.zeros(1)}}, tmp_path / "other.ckpt")
+    assert "holds no policy weights" in export(tmp_path / "other.ckpt", "--out",
+                                               tmp_path / "o").stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    fit_checkpoint(tmp_path / "last.ckpt", source)
+    res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full")
+    assert res.returncode == 2 and "exists and is not empty" in res.stderr
+    assert json.loads(export(tmp_path / "last.ckpt", "--out", tmp_path / "o").stdout)[
+        "source"] == str(source)

@@ -1,0 +1,235 @@
+"""A fit's result out of wmrl (``scripts/export.py``): the trained policy in the layout the fit
+started from, or the world model PACE refined during the fit.
+
+Policy (``export_policy``): the checkpoint's ``policy.*`` tensors are written into the source
+directory's layout (``policy.pretrained_path`` of the run's recorded config): the same
+safetensors shard files with the same tensor names, shapes, dtypes and file metadata, the same
+``model.safetensors.index.json``, and every other file of the source copied (config.json,
+dataset_statistics.json, tokenizer and processor files). openvla-oft, RLinf and LIBERO tooling
+read it as they read the source; a key the source lacks, or one it has that the checkpoint
+lacks, is an error. A model card (``README.md``, ``huggingface_hub.ModelCard``) names the base
+checkpoint, the recipe, the run's config and the simulator evaluations of the run with their
+95% intervals.
+
+World model (``export_world_model``): the source world model (``env.world_model.path``) with
+the transformer and action weights of the checkpoint's PACE state, as a world-model directory
+``WanWorldModelEnv`` and ``ActionWanModel.from_pretrained`` load.
+
+The output directory is written whole or not at all (``wmrl.atomic.atomic_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from huggingface_hub import ModelCard, ModelCardData
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from wmrl.atomic import atomic_dir
+from wmrl.config import CONFIG_KEY
+from wmrl.errors import ConfigError
+from wmrl.stats import rate_with_interval
+
+INDEX_NAME = "model.safetensors.index.json"
+POLICY_PREFIX = "policy."
+# safetensors' dtype names -> torch's: each tensor is written in its source file's dtype
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                      "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+                      "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                      "BOOL": torch.bool}
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """A Lightning checkpoint file that scripts/fit.py wrote (tensors memory-mapped)."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} does not exist: pass a checkpoint that scripts/fit.py wrote "
+                          "(<run_dir>/checkpoints/last.ckpt)")
+    if os.path.isdir(path):
+        raise ConfigError(f"{path} is a directory (a sharded DCP checkpoint): export reads a "
+                          ".ckpt file; convert the folder with strategies.load_full_checkpoint")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+        raise ConfigError(f"{path} is not a Lightning checkpoint ({type(err).__name__}): pass "
+                          "a .ckpt that scripts/fit.py wrote") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ConfigError(f"{path} is not a Lightning checkpoint (no state_dict): pass a .ckpt "
+                          "that scripts/fit.py wrote")
+    return ckpt
+
+
+def check_out(out: str) -> None:
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ConfigError(f"--out {out} exists and is not empty: choose a new directory")
+
+
+def policy_state(ckpt: dict, path: str) -> dict[str, torch.Tensor]:
+    """The checkpoint's policy tensors, named as in the policy's own files."""
+    state = {k[len(POLICY_PREFIX):]: v for k, v in ckpt["state_dict"].items()
+             if k.startswith(POLICY_PREFIX)}
+    if not state:
+        raise ConfigError(f"{path} holds no policy weights (no 'policy.*' tensors in its "
+                          "state_dict): pass a checkpoint of a wmrl GRPO fit")
+    return state
+
+
+def weight_files(source: Path) -> dict[str, list[str]]:
+    """Shard file -> its tensor names, from the index (or each *.safetensors file)."""
+    index = source / INDEX_NAME
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        weight_map = {}
+        for fn in sorted(source.glob("*.safetensors")):
+            with safe_open(str(fn), framework="pt") as f:
+                weight_map.update({k: fn.name for k in f.keys()})
+    if not weight_map:
+        raise ConfigError(f"{source}: no {INDEX_NAME} or *.safetensors: not a policy directory")
+    files: dict[str, list[str]] = {}
+    for k, fn in weight_map.items():
+        files.setdefault(fn, []).append(k)
+    return files
+
+
+def export_policy(ckpt_path: str, out: str, source: str | None = None) -> dict:
+    """Write the checkpoint's policy into ``out`` in the layout of ``source`` (default: the
+    run's ``policy.pretrained_path``); returns a summary (tensors, files, source)."""
+    check_out(out)
+    ckpt = read_checkpoint(ckpt_path)
+    state = policy_state(ckpt, ckpt_path)
+    cfg = ckpt.get(CONFIG_KEY) or {}
+    source = source or (cfg.get("policy") or {}).get("pretrained_path")
+    if not source:
+        raise ConfigError(f"{ckpt_path}: its run config names no policy.pretrained_path (a "
+                          "policy built from a config): pass --source DIR, the layout to write")
+    src = Path(source)
+    if not src.is_dir():
+        raise ConfigError(f"the source policy {src} (the run's policy.pretrained_path) is not "
+                          "on this machine: pass --source DIR, a copy of it")
+    files = weight_files(src)
+    want = {k for keys in files.values() for k in keys}
+    missing, extra = sorted(want - set(state)), sorted(set(state) - want)
+    if missing or extra:
+        raise ConfigError(f"{ckpt_path}: its policy does not match {src} (missing "
+                          f"{missing[:5]}, extra {extra[:5]}): pass the --source it was "
+                          "trained from")
+    with atomic_dir(out) as tmp:
+        for fn, keys in files.items():
+            with safe_open(str(src / fn), framework="pt") as f:
+                meta = f.metadata()
+                tensors = {}
+                for k in keys:
+                    like = f.get_slice(k)
+                    shape = tuple(like.get_shape())
+                    if tuple(state[k].shape) != shape:
+                        raise ConfigError(f"{ckpt_path}: policy tensor {k!r} has shape "
+                                          f"{tuple(state[k].shape)}, {src / fn} has {shape}")
+                    tensors[k] = state[k].to(SAFETENSORS_DTYPES[like.get_dtype()]).contiguous()
+            save_file(tensors, str(tmp / fn), metadata=meta)
+        for item in src.iterdir():
+            if item.suffix != ".safetensors" and item.name != "README.md":
+                (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+        model_card(ckpt_path, ckpt, cfg, str(src)).save(str(tmp / "README.md"))
+    return {"out": out, "source": str(src), "tensors": len(want), "files": sorted(files)}
+
+
+def eval_rows(ckpt_path: str) -> list[dict]:
+    """The run's simulator evaluations (``<run_dir>/sim_eval/history.jsonl`` beside
+    ``<run_dir>/checkpoints/``), if the checkpoint still sits in its run dir."""
+    hist = Path(ckpt_path).resolve().parent.parent / "sim_eval" / "history.jsonl"
+    if not hist.is_file():
+        return []
+    return [json.loads(line) for line in hist.read_text().splitlines() if line.strip()]
+
+
+def _rate(row: dict, prefix: str, episodes: int) -> str | None:
+    if f"{prefix}/success" not in row or not episodes:
+        return None
+    return rate_with_interval(round(row[f"{prefix}/success"] * episodes), episodes)
+
+
+def model_card(ckpt_path: str, ckpt: dict, cfg: dict, source: str) -> ModelCard:
+    """README.md: base checkpoint, recipe, evaluations with 95% Wilson intervals, the config."""
+    step = int(ckpt.get("global_step", 0))
+    algo, rollout = cfg.get("algorithm") or {}, cfg.get("rollout") or {}
+    env = cfg.get("env") or {}
+    task = (cfg.get("task") or {}).get("name", "the run's task")
+    sim_eval = ((cfg.get("callbacks") or {}).get("sim_eval") or {})
+    episodes = int(sim_eval.get("episodes_per_task") or 0) * max(len(sim_eval.get("tasks")
+                                                                     or [task]), 1)
+    lines = []
+    for row in eval_rows(ckpt_path):
+        seen = _rate(row, "sim", episodes)
+        unseen = [f"{k.split('/')[0]}: {_rate(row, k.split('/')[0], episodes)}" for k in row
+                  if k.startswith("sim_") and k.endswith("/success")]
+        if seen:
+            lines.append(f"| {row['step']} | {seen} | {'; '.join(unseen)} |")
+    evals = ("| step | simulator success [95% Wilson] | other scene sets |\n|---|---|---|\n"
+             + "\n".join(lines)) if lines else "No simulator evaluation was found beside the checkpoint."
+    data = ModelCardData(library_name="wmrl",
+                         tags=["robotics", "vla", "openvla-oft", "grpo", "world-model", "wmrl"])
+    content = f"""---
+{data.to_yaml()}
+---
+
+# {Path(source).name}, GRPO-trained in a world model (wmrl, step {step})
+
+The OpenVLA-OFT policy of `{source}` after {step} GRPO steps inside the world model
+`{(env.get('world_model') or {}).get('path', '?')}` on `{task}`, exported from
+`{ckpt_path}` by `scripts/export.py`. Same layout, tensor names, shapes and dtypes as the base
+checkpoint: load it where the base loads.
+
+## Recipe
+
+- GRPO: lr {algo.get('lr')}, KL coefficient {algo.get('kl_coef')}, global batch
+  {algo.get('global_batch')}, clip [{algo.get('clip_low')}, {algo.get('clip_high')}]
+- rollout: {rollout.get('num_envs')} envs in groups of {rollout.get('group_size')}, temperature
+  {rollout.get('temperature')}, {rollout.get('max_episode_steps')} steps per episode
+- reward: `{(cfg.get('reward') or {}).get('_target_', '?')}`, success threshold
+  {env.get('success_threshold')}; seed {cfg.get('seed')}
+
+## Evaluation in the simulator
+
+{evals}
+
+## The run's config
+
+```yaml
+{yaml.safe_dump(cfg, sort_keys=False).strip()}
+```
+"""
+    return ModelCard(content)
+
+
+def export_world_model(ckpt_path: str, out: str, source: str | None = None) -> dict:
+    """Write the PACE-refined world model of the checkpoint into ``out`` (a loadable
+    world-model directory); ``source``: the world model the run started from (default: the
+    run's ``env.world_model.path``)."""
+    from wmrl.world_model.action_wan import ActionWanModel
+
+    check_out(out)
+    ckpt = read_checkpoint(ckpt_path)
+    pace = ckpt.get("pace")
+    if not pace or not pace.get("world_model"):
+        raise ConfigError(f"{ckpt_path} holds no refined world model (no PACE round ran in "
+                          "this run: pace.version 0): the run's world model is its source")
+    cfg = ckpt.get(CONFIG_KEY) or {}
+    source = source or ((cfg.get("env") or {}).get("world_model") or {}).get("path")
+    if not source or not os.path.isdir(source):
+        raise ConfigError(f"the source world model {source} (the run's env.world_model.path) "
+                          "is not on this machine: pass --source DIR, a copy of it")
+    model = ActionWanModel.from_pretrained(source)
+    missing, unexpected = model.load_state_dict(pace["world_model"], strict=False)
+    unexpected = list(unexpected)
+    if unexpected or any(k.startswith(("transformer.", "action.")) for k in missing):
+        raise ConfigError(f"{ckpt_path}: its refined world model does not fit {source} "
+                          f"(unexpected {unexpected[:5]}): pass the --source it started from")
+    model.save_pretrained(out)
+    return {"out": out, "source": source, "version": int(pace.get("version", 0))}
