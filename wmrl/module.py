@@ -54,7 +54,8 @@ rank takes on their union (one mini-batch per batch; with several, each rank shu
 splits its own samples). Ranks are padded to the same micro-batch count with zero-weight
 samples (a rank that keeps no group runs only those). Gradients are clipped here, once, by
 their global norm (``grad_clip``); a strategy must not clip again (``config.validate``).
-The train/* metrics are reduced over ranks (exact for the union); rollout/* are per rank.
+The train/*, rollout/* and wm/* metrics are reduced over ranks: each is the figure of the
+union of the ranks' batches (rollout/* and wm/* from summed numerators and denominators).
 """
 
 from __future__ import annotations
@@ -80,8 +81,10 @@ from wmrl.schema import AlgorithmSchema, RolloutSchema, defaults
 from wmrl.tracing import Tracer
 
 
-def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str, float]:
-    """The world model's second opinion on a batch (``env.resample_check``), no simulator:
+def resample_counts(success: torch.Tensor, resampled: torch.Tensor
+                    ) -> dict[str, tuple[float, float]]:
+    """The world model's second opinion on a batch (``env.resample_check``), no simulator,
+    as (numerator, denominator) so that ranks add up:
 
     * ``wm/resample_agreement`` = mean 1[success_i == resampled_i];
     * ``wm/fragile_success`` = P(resampled fails | imagined success): the share of the
@@ -90,12 +93,22 @@ def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str
     * ``wm/resample_success`` = mean resampled_i.
     """
     success, resampled = success.bool(), resampled.bool()
-    n_ok = int(success.sum())
+    n = float(len(success))
     return {
-        "wm/resample_agreement": (success == resampled).float().mean().item(),
-        "wm/fragile_success": (success & ~resampled).sum().item() / n_ok if n_ok else 0.0,
-        "wm/resample_success": resampled.float().mean().item(),
+        "wm/resample_agreement": (float((success == resampled).sum()), n),
+        "wm/fragile_success": (float((success & ~resampled).sum()), float(success.sum())),
+        "wm/resample_success": (float(resampled.sum()), n),
     }
+
+
+def ratios(counts: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """numerator / denominator per metric (0 for an empty denominator)."""
+    return {k: num / den if den else 0.0 for k, (num, den) in counts.items()}
+
+
+def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str, float]:
+    """``resample_counts`` of one batch, as ratios."""
+    return ratios(resample_counts(success, resampled))
 
 
 def pace_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -382,18 +395,19 @@ class GRPOModule(L.LightningModule):
         if valid is not None:
             keep &= valid
         opt = self.optimizers()
-        metrics = {
-            "train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's
-            "rollout/return": returns.mean().item(),
-            "rollout/success": success.mean().item(),
-            "rollout/episode_len": step_mask.sum(1).float().mean().item(),
-            "rollout/kept_groups": keep.float().mean().item(),
-            "rollout/zero_var_groups": 1.0 - keep.float().mean().item(),
-        }
+        # the batch's figures over the union of the ranks' episodes (one all-reduce of sums)
+        n_ep = float(n)
+        counts = {"rollout/return": (float(returns.sum()), n_ep),
+                  "rollout/success": (float(success.sum()), n_ep),
+                  "rollout/episode_len": (float(step_mask.sum()), n_ep),
+                  "rollout/kept_groups": (float(keep.sum()), n_ep),
+                  "rollout/zero_var_groups": (float((~keep).sum()), n_ep)}
         if batch.resample_success is not None:
-            metrics.update(resample_metrics(batch.success, batch.resample_success))
+            counts.update(resample_counts(batch.success, batch.resample_success))
         if valid is not None:
-            metrics["rollout/dropped_unrepeatable"] = 1.0 - valid.float().mean().item()
+            counts["rollout/dropped_unrepeatable"] = (float((~valid).sum()), n_ep)
+        metrics = {"train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's
+                   **ratios(self._sum_counts_over_ranks(counts))}
         rows = keep.nonzero().squeeze(1)
         token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
         world = self.trainer.world_size
@@ -441,6 +455,15 @@ class GRPOModule(L.LightningModule):
             return n
         t = torch.tensor(n, device=self.device)
         return int(self.trainer.strategy.reduce(t, reduce_op="max"))
+
+    def _sum_counts_over_ranks(self, counts: dict[str, tuple[float, float]]
+                               ) -> dict[str, tuple[float, float]]:
+        """(numerator, denominator) per metric, each summed over the ranks (float64)."""
+        if self.trainer.world_size == 1:
+            return counts
+        t = torch.tensor(list(counts.values()), dtype=torch.float64, device=self.device)
+        t = self.trainer.strategy.reduce(t, reduce_op="sum").cpu()
+        return {k: (float(t[i, 0]), float(t[i, 1])) for i, k in enumerate(counts)}
 
     def _sum_over_ranks(self, counts: list[int]) -> list[int]:
         t = torch.tensor(counts, dtype=torch.long, device=self.device)
