@@ -50,6 +50,12 @@ def load_reward(path: str):
     return REWARDS[arch](checkpoint=path, round=False), config
 
 
+def _shown(path) -> str:
+    """A path for metrics.json: relative to the checkout when inside it (shipped assets)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
 def run(cfg: dict) -> dict:
     """Replay, score, fine-tune, score, save; returns the metrics written to metrics.json."""
     dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
@@ -66,9 +72,9 @@ def run(cfg: dict) -> dict:
         int(cfg["num_inference_steps"]), int(cfg["seed"]))
     losses = out.pop("losses")
     k = max(1, len(losses) // 10)
-    metrics = {"reward_dir": str(cfg["reward_dir"]),
-               "world_model_dir": str(cfg["world_model_dir"]),
-               "data_dir": [str(d) for d in dirs], "episodes": len(episodes),
+    metrics = {"reward_dir": _shown(cfg["reward_dir"]),
+               "world_model_dir": _shown(cfg["world_model_dir"]),
+               "data_dir": [_shown(d) for d in dirs], "episodes": len(episodes),
                "steps": int(cfg["steps"]), "success_threshold": float(cfg["success_threshold"]),
                "loss_first": sum(losses[:k]) / k if losses else None,
                "loss_last": sum(losses[-k:]) / k if losses else None, **out}

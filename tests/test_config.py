@@ -37,6 +37,22 @@ def test_default_config_composes_and_validates():
     assert cfg.callbacks.sim_eval.episodes_per_task >= 200
 
 
+def test_reward_on_imagination_experiment_loads_its_shipped_reward():
+    """experiment=reward_on_imagination: the default recipe with the reward of `make assets`
+    stage 7 and the threshold its held-out replays chose (what check_paths accepts, the
+    fit loads)."""
+    from wmrl.config import check_paths
+
+    cfg = fit_cfg("experiment=reward_on_imagination")
+    validate(cfg)
+    check_paths(cfg)
+    assert cfg.reward.checkpoint.endswith("assets/reward_on_imagination")
+    metrics = json.loads((Path(cfg.reward.checkpoint) / "metrics.json").read_text())
+    assert cfg.env.success_threshold == metrics["after"]["rate_matching_threshold"] == 0.95
+    assert metrics["held_out_episodes"] == 64 and metrics["steps"] == 1000
+    assert cfg.trainer.max_steps == fit_cfg().trainer.max_steps  # otherwise the default run
+
+
 def test_sim_eval_task_is_the_shipped_world_models_task():
     """The simulator evaluates the task whose scenes the world model starts from (the
     instruction of every shipped initial state), on as many scenes as it holds."""
