@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.asset_checks import check_policy  # noqa: E402
-from wmrl.config import CONFIG_KEY, ConfigError, build, check_checkpoint  # noqa: E402
+from wmrl.config import CONFIG_KEY, ConfigError, build, check_checkpoint, is_dcp_folder  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
 from wmrl.stats import wilson  # noqa: E402
 
@@ -46,19 +46,18 @@ class CheckpointKeyError(ConfigError, KeyError):
     __str__ = ConfigError.__str__  # not KeyError's quoted repr
 
 
-def _refuse_directory(path: str) -> None:
-    if os.path.isdir(path):
-        raise ConfigError(f"ckpt_path {path} is a directory (a sharded/DCP checkpoint?): pass a "
-                          "single .ckpt file, or a save_pretrained dir as policy.pretrained_path")
-
-
 def policy_state_from_ckpt(path: str) -> dict[str, torch.Tensor]:
-    """The policy's weights from a Lightning ``.ckpt`` (or a bare state dict) file."""
-    _refuse_directory(path)
-    if not os.path.isfile(path):
-        raise ConfigError(f"ckpt_path {path} does not exist")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    """The policy's weights from a Lightning ``.ckpt`` (or a bare state dict) file, or from a
+    sharded checkpoint folder (``strategies.load_full_state_dict``: full tensors, one process)."""
+    if is_dcp_folder(path):
+        from strategies.checkpoint import load_full_state_dict  # (loads Lightning: only here)
+
+        state = load_full_state_dict(path)
+    elif not os.path.isfile(path):
+        raise ConfigError(f"ckpt_path {path} does not exist (or is a folder without .metadata)")
+    else:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict):
         raise ConfigError(f"ckpt_path {path}: expected a dict with 'state_dict', got {type(ckpt)}")
     policy = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
@@ -73,7 +72,6 @@ def check_ckpt(path: str, policy_cfg: dict) -> None:
     """Before any model loads: ``path`` is a Lightning checkpoint trained with ``policy_cfg``
     (else ``ConfigError`` naming the keys that differ); one written before checkpoints
     recorded their config passes with a warning."""
-    _refuse_directory(path)
     if check_checkpoint(path, policy_cfg)[CONFIG_KEY] is None:
         warnings.warn(f"ckpt_path {path} records no run config (written before {CONFIG_KEY}): "
                       "cannot check that it was trained with this policy config", stacklevel=2)

@@ -1,5 +1,5 @@
 """Run by test_grpo_sharded.py as a script, once per rank (LOCAL_RANK, WORLD_SIZE, MASTER_PORT
-in the environment, as a cluster launcher sets them)."""
+in the environment, as a cluster launcher sets them): ``sharded_fit.py OUT_DIR [CKPT_PATH]``."""
 
 import json
 import os
@@ -16,7 +16,7 @@ from test_fit_toy import toy_cfg  # noqa: E402
 from wmrl.fit import fit  # noqa: E402
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, ckpt_path: str | None = None) -> None:
     import faulthandler
 
     # a hang prints every stack, then exits (before the test's 400 s; a loaded 2-core machine
@@ -28,7 +28,8 @@ def main(out_dir: str) -> None:
                               # strategy uncounted, so global_step still counts batches (3)
                               "rollout.num_envs": 8, "algorithm.global_batch": 8,
                               "algorithm.filter_groups": False,
-                              "algorithm.kl_coef": 0.05})  # the reference is sharded too
+                              "algorithm.kl_coef": 0.05,  # the reference is sharded too
+                              "checkpoint.keep_last": -1, "ckpt_path": ckpt_path})
     cfg.strategy = OmegaConf.create({
         "_target_": "strategies.HybridShardStrategy", "shard_size": "world",
         "param_dtype": None, "reduce_dtype": None, "sync_module_states": True,
@@ -58,4 +59,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

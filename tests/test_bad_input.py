@@ -106,6 +106,14 @@ def test_ckpt_path_last_is_the_run_dirs_last_checkpoint(tmp_path):
     assert f"ckpt_path={cfg.ckpt_path} is not a Lightning checkpoint" in refuse(cfg)
 
 
+def test_a_folder_that_is_not_a_checkpoint_is_named(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    line = refuse(fit_cfg(f"ckpt_path={tmp_path / 'ckpt'}"))
+    assert line == (f"ckpt_path={tmp_path / 'ckpt'} is a directory but not a sharded checkpoint "
+                    "(no .metadata and meta.pt): pass a .ckpt file or a checkpoint folder that "
+                    "scripts/fit.py wrote")
+
+
 def test_a_checkpoint_of_another_policy_config_is_named(tmp_path):
     cfg = fit_cfg()
     ckpt = tmp_path / "other.ckpt"

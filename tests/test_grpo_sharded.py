@@ -1,15 +1,19 @@
 """GRPO under strategies.HybridShardStrategy on 2 CPU processes (real gloo, FSDP2), each
 rank driving its own rollout actor on one shared Ray cluster."""
 
+import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = Path(HERE).parent
 
 
 def _free_port() -> int:
@@ -18,18 +22,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_rank_sharded_grpo(tmp_path, ray_local):
-    """Both ranks start at once, as a cluster's launcher (torchrun, SLURM) starts them:
-    Lightning's own re-launch of the script for rank 1 would wait for rank 0's imports first
-    (that launcher: tests/test_grpo_multirank.py)."""
+def launch(out_dir, ray_local, *args) -> list[dict]:
+    """``sharded_fit.py`` on 2 ranks started at once, as a cluster's launcher (torchrun,
+    SLURM) starts them: Lightning's own re-launch of the script for rank 1 would wait for
+    rank 0's imports first (that launcher: tests/test_grpo_multirank.py). Each rank's summary."""
     address = ray_local.get_runtime_context().gcs_address
     env = dict(os.environ, WMRL_TEST_RAY_ADDRESS=address, OMP_NUM_THREADS="1",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
                NODE_RANK="0")
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "sharded_fit.py"),
-                               str(tmp_path)], env=dict(env, LOCAL_RANK=str(r)), cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               str(out_dir), *map(str, args)], env=dict(env, LOCAL_RANK=str(r)),
+                              cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
              for r in (0, 1)]
     try:
         outs = [p.communicate(timeout=400)[0] for p in procs]
@@ -39,7 +43,12 @@ def test_two_rank_sharded_grpo(tmp_path, ray_local):
                 p.kill()
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_rank_sharded_grpo_resumes_and_evaluates_its_folders(tmp_path, ray_local):
+    ranks = launch(tmp_path, ray_local)
     for r in ranks:
         assert r["world"] == 2 and r["steps"] == 3 and r["version"] == 3
         assert r["optimizer_steps"] == [2.0, 2.0, 2.0]  # 2 a batch, one global step each
@@ -49,6 +58,31 @@ def test_two_rank_sharded_grpo(tmp_path, ray_local):
         assert r["ref_sharded"].startswith("FSDP") and r["ref_bias_abs"] == 0.0
         assert r["ref_kl"] > 0
     assert [r["rank"] for r in ranks] == [0, 1]
-    # the ranks rolled out different episodes but hold the same (all-reduced) weights
-    assert ranks[0]["success"] != ranks[1]["success"]
+    # every rank logs the union's success (tests/test_grpo_multirank.py: exactly) and holds
+    # the same (all-reduced) weights
+    assert ranks[0]["success"] == ranks[1]["success"]
     assert ranks[0]["bias_sum"] == ranks[1]["bias_sum"] != 0.0
+
+    # every checkpoint is a sharded folder; the run's own readers take it
+    ckpts = tmp_path / "checkpoints"
+    assert (ckpts / "last.ckpt" / ".metadata").is_file()
+    assert (ckpts / "step-000002.ckpt" / ".metadata").is_file()
+    from wmrl.config import CONFIG_KEY, read_checkpoint_meta, resolve_ckpt_path
+
+    meta = read_checkpoint_meta(str(ckpts / "last.ckpt"))
+    assert meta["global_step"] == 3 and meta[CONFIG_KEY]["strategy"]["shard_size"] == "world"
+    spec = importlib.util.spec_from_file_location("eval_script", ROOT / "scripts" / "eval.py")
+    ev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ev)
+    policy = ev.policy_state_from_ckpt(str(ckpts / "last.ckpt"))  # full tensors, one process
+    assert float(policy["bias"].sum()) == pytest.approx(ranks[0]["bias_sum"], abs=0)
+    cfg = OmegaConf.create({"ckpt_path": "last", "run_dir": str(tmp_path)})
+    assert resolve_ckpt_path(cfg).ckpt_path == str(ckpts / "last.ckpt")
+
+    # resumed from the step-2 folder on 2 ranks: step 3 ends where the straight run's did
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    again = launch(resumed, ray_local, ckpts / "step-000002.ckpt")
+    assert [r["steps"] for r in again] == [3, 3] and again[0]["version"] == 3
+    assert again[0]["bias_sum"] == again[1]["bias_sum"] == ranks[0]["bias_sum"]
+    assert again[0]["success"][-1] == ranks[0]["success"][-1]  # step 3's rollout, too

@@ -170,9 +170,25 @@ def resolve_ckpt_path(cfg: DictConfig) -> DictConfig:
 CONFIG_KEY = "wmrl_config"  # checkpoint[CONFIG_KEY]: the resolved run config as plain data
 
 
+DCP_META = "meta.pt"  # a DCP checkpoint folder's non-tensor entries (Lightning's name for it)
+
+
+def is_dcp_folder(path: str) -> bool:
+    """A sharded checkpoint folder as ``HybridShardStrategy`` writes it (``.metadata``)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, ".metadata"))
+
+
 def read_checkpoint_meta(path: str, key: str = "ckpt_path") -> dict:
-    """The checkpoint's bookkeeping (no tensor is read: memory-mapped): ``global_step`` and,
-    when it was written by wmrl, the resolved run config ``CONFIG_KEY``."""
+    """The checkpoint's bookkeeping (no tensor is read: memory-mapped; for a DCP folder its
+    ``meta.pt``): ``global_step`` and, when it was written by wmrl, the resolved run config
+    ``CONFIG_KEY``."""
+    if os.path.isdir(path):
+        if not is_dcp_folder(path) or not os.path.isfile(os.path.join(path, DCP_META)):
+            raise ConfigError(f"{key}={path} is a directory but not a sharded checkpoint (no "
+                              f".metadata and {DCP_META}): pass a .ckpt file or a checkpoint "
+                              "folder that scripts/fit.py wrote")
+        ckpt = torch.load(os.path.join(path, DCP_META), map_location="cpu", weights_only=True)
+        return {"global_step": ckpt.get("global_step"), CONFIG_KEY: ckpt.get(CONFIG_KEY)}
     if not os.path.isfile(path):
         raise ConfigError(f"{key}={path} does not exist or is not a file: pass a saved .ckpt "
                           "(<run_dir>/checkpoints/last.ckpt)")

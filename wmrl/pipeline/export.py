@@ -32,8 +32,9 @@ from huggingface_hub import ModelCard, ModelCardData
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from strategies.checkpoint import load_full_state_dict
 from wmrl.atomic import atomic_dir
-from wmrl.config import CONFIG_KEY
+from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError
 from wmrl.stats import rate_with_interval
 
@@ -47,13 +48,16 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
-    """A Lightning checkpoint file that scripts/fit.py wrote (tensors memory-mapped)."""
+    """A checkpoint that scripts/fit.py wrote: a Lightning file (tensors memory-mapped) or a
+    sharded DCP folder (its model tensors gathered whole in this process, and its
+    ``meta.pt``; the optimizer state is not read)."""
     if not os.path.exists(path):
         raise ConfigError(f"{path} does not exist: pass a checkpoint that scripts/fit.py wrote "
                           "(<run_dir>/checkpoints/last.ckpt)")
     if os.path.isdir(path):
-        raise ConfigError(f"{path} is a directory (a sharded DCP checkpoint): export reads a "
-                          ".ckpt file; convert the folder with strategies.load_full_checkpoint")
+        read_checkpoint_meta(path, "checkpoint")  # refuses a folder that is no checkpoint
+        full = torch.load(os.path.join(path, DCP_META), map_location="cpu", weights_only=True)
+        return {**full, "state_dict": load_full_state_dict(path)}
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
