@@ -14,8 +14,10 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
 from wmrl.atomic import atomic_path
+from wmrl.config import to_container
 from wmrl.interfaces import PolicyTrainer
 from wmrl.pipeline.evaluate import evaluate_policy, save_gif, save_success_plot
+from wmrl.pipeline.side_by_side import WORLD_MODEL_ENV, imagined_vs_real, side_by_side_video
 from wmrl.sim.tabletop import TASK_NAMES
 
 
@@ -48,7 +50,8 @@ class SimEvalCallback(L.Callback):
                  tasks: list[str] | None = None, temperature: float = 1.0, seed: int = 0,
                  num_envs: int = 16, num_videos: int = 3, env: dict | None = None,
                  out_dir: str | None = None, at_start: bool = True, at_end: bool = True,
-                 unseen_eval_seeds: dict[str, int] | None = None):
+                 unseen_eval_seeds: dict[str, int] | None = None,
+                 side_by_side: dict | None = None):
         if every_n_steps < 0:
             raise ValueError(f"SimEvalCallback.every_n_steps must be >= 0, got {every_n_steps}")
         self.unseen_eval_seeds = {str(k): int(v) for k, v in (unseen_eval_seeds or {}).items()}
@@ -64,6 +67,10 @@ class SimEvalCallback(L.Callback):
                                 env=dict(env or {}))
         self.out_dir = out_dir
         self.at_start, self.at_end = at_start, at_end
+        sbs = to_container(side_by_side) if side_by_side else {}
+        # imagined | real needs a world model; the simulator-oracle run has none
+        self.side_by_side = sbs if int(sbs.get("scenes") or 0) > 0 and (
+            sbs.get("env") or {}).get("_target_") == WORLD_MODEL_ENV else None
         self.history: list[dict] = []
         self._last_step = -1
 
@@ -124,6 +131,8 @@ class SimEvalCallback(L.Callback):
                  for i, (task, fr, ok) in enumerate(res.videos)]
         plot = save_success_plot(self.history, os.path.join(out, "success_vs_step.png"))
         self._log_media(trainer, step, paths, plot)
+        if self.side_by_side:
+            self._run_side_by_side(trainer, pl_module, step)
         print(f"[sim eval] step {step}: success {res.describe()} "
               + " ".join(f"{k} {v:.2f}" for k, v in res.success.items())
               + f" ({res.seconds:.0f} s)"
@@ -133,6 +142,47 @@ class SimEvalCallback(L.Callback):
             self._run_unseen(trainer, pl_module, row)
         else:
             self._write_history(trainer)
+
+    def _run_side_by_side(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                          step: int) -> None:
+        """``side_by_side.scenes`` scenes in the world model beside the simulator, from the
+        same first frame (``wmrl.pipeline.side_by_side``): one GIF per scene (imagined |
+        real) in ``<out_dir>/side_by_side/``, a row per scene in ``side_by_side.jsonl``, and
+        with wandb the videos and a ``wandb.Table``."""
+        sbs, kw = self.side_by_side, self.eval_kwargs
+        res = imagined_vs_real(pl_module.policy, sbs["env"], kw["tasks"][0], int(sbs["scenes"]),
+                               int(sbs["chunk"]), int(sbs["max_episode_steps"]), kw["env"],
+                               kw["temperature"], kw["seed"])
+        out = os.path.join(self._out_dir(trainer), "side_by_side")
+        os.makedirs(out, exist_ok=True)
+        rows, paths = [], []
+        for r in res:
+            verdict = (f"wm_{'ok' if r.imagined_success else 'fail'}_"
+                       f"sim_{'ok' if r.real_success else 'fail'}")
+            paths.append(save_gif(side_by_side_video(r.imagined, r.real),
+                                  os.path.join(out, f"step{step:06d}_scene{r.scene}_{verdict}"
+                                                    ".gif")))
+            rows.append({"step": step, "scene": r.scene, "imagined_success": r.imagined_success,
+                         "imagined_return": r.imagined_return, "peak_score": r.peak_score,
+                         "sim_success": r.real_success})
+        with open(os.path.join(out, "side_by_side.jsonl"), "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        agree = sum(r.imagined_success == r.real_success for r in res)
+        print(f"[sim eval] step {step}: imagined | real on {len(res)} scenes: world model "
+              f"{sum(r.imagined_success for r in res)}/{len(res)}, simulator "
+              f"{sum(r.real_success for r in res)}/{len(res)}, agree on {agree} ({out})",
+              flush=True)
+        from lightning.pytorch.loggers import WandbLogger
+
+        for lg in trainer.loggers:
+            if isinstance(lg, WandbLogger):
+                import wandb
+
+                table = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+                lg.experiment.log({"sim/side_by_side": [wandb.Video(p, format="gif")
+                                                        for p in paths],
+                                   "sim/side_by_side_table": table,
+                                   "trainer/global_step": step})
 
     def _run_unseen(self, trainer: L.Trainer, pl_module: L.LightningModule, row: dict) -> None:
         """Score the unseen scene sets into ``row`` (the eval of this step) and log them."""

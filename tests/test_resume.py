@@ -119,6 +119,11 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
     for key in ("wm/fragile_success", "rollout/dropped_unrepeatable"):
         a_, long_ = (read_metric(str(tmp_path / n), key).values for n in ("a", "long"))
         assert len(a_) == 2 and len(long_) == 3 and (a_ == long_[:2]).all(), key
+    # imagined | real at every eval: 4 scenes at steps 0, 1, 2 (not at the unseen scenes')
+    sbs = tmp_path / "a" / "sim_eval" / "side_by_side"
+    rows = [json.loads(line) for line in open(sbs / "side_by_side.jsonl")]
+    assert [(r["step"], r["scene"]) for r in rows] == [(s, i) for s in (0, 1, 2) for i in range(4)]
+    assert len(list(sbs.glob("step000002_scene*_wm_*_sim_*.gif"))) == 4
     # the trained policy leaves wmrl in the shipped policy's layout (scripts/export.py)
     from wmrl.pipeline.export import export_policy
     from wmrl.policies.openvla_oft import OpenVLAOFTPolicy

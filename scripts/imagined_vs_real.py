@@ -1,0 +1,111 @@
+"""The policy in the world model beside the simulator, as a figure.
+
+    python scripts/imagined_vs_real.py --out docs/tabletop_imagined_vs_real.png
+    python scripts/imagined_vs_real.py --ckpt RUN/checkpoints/last.ckpt --out FIG.png [fit overrides]
+
+The fit config's policy (or a fit checkpoint's weights), world model and reward run
+``--scenes`` scenes of the sim eval's set in the simulator and in the world model from the
+same first frame (``wmrl.pipeline.side_by_side``, what ``SimEvalCallback`` saves as GIFs at
+every eval). The PNG has two rows per scene, real above imagined, one frame per chunk, each
+row labelled with its verdict; with ``--gif``, ``FIG.gif`` beside it holds the videos
+(imagined | real, the scenes stacked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from wmrl.atomic import atomic_path  # noqa: E402
+from wmrl.config import ConfigError, to_container  # noqa: E402
+from wmrl.pipeline.evaluate import save_gif  # noqa: E402
+from wmrl.pipeline.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402
+
+
+def _load_policy(policy_cfg: dict, ckpt: str | None):
+    """scripts/eval.py's loader: the same checks of a fit checkpoint against the config."""
+    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
+    ev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ev)
+    return ev.load_policy(policy_cfg, ckpt)
+
+
+def figure(results, chunk: int, path: str, title: str) -> None:
+    """Rows real / imagined per scene, a frame at the end of every chunk."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = max(max(len(r.real), len(r.imagined)) - 1 for r in results) // chunk + 1
+    fig, axes = plt.subplots(2 * len(results), cols, figsize=(1.1 * cols, 2.3 * len(results)),
+                             squeeze=False)
+    for i, r in enumerate(results):
+        for row, (frames, name, ok) in enumerate(((r.real, "real", r.real_success),
+                                                  (r.imagined, "imagined",
+                                                   r.imagined_success))):
+            for c in range(cols):
+                ax = axes[2 * i + row, c]
+                ax.axis("off")
+                t = min(c * chunk, len(frames) - 1)
+                ax.imshow(frames[t])
+                if i == 0 and row == 0:
+                    ax.set_title(f"t={c * chunk}", fontsize=7)
+            axes[2 * i + row, 0].text(-4, 32, f"scene {r.scene}\n{name}\n"
+                                      f"{'success' if ok else 'fail'}", fontsize=6,
+                                      ha="right", va="center")
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ckpt", default=None, help="a scripts/fit.py checkpoint (file or folder)")
+    p.add_argument("--scenes", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="the PNG")
+    p.add_argument("--gif", action="store_true", help="also the videos, as FIG.gif")
+    args, overrides = p.parse_known_args(argv)
+    try:
+        with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("fit", overrides=["run_dir=/tmp/wmrl-figure", *overrides])
+        policy = _load_policy(to_container(cfg.policy), args.ckpt)
+        sim = to_container(cfg.callbacks.sim_eval)
+        chunk = int(cfg.rollout.chunk)
+        res = imagined_vs_real(policy, to_container(cfg.env), cfg.task.name, args.scenes, chunk,
+                               int(cfg.rollout.max_episode_steps), sim["env"],
+                               float(sim["temperature"]), args.seed)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    what = f"{'checkpoint ' + args.ckpt if args.ckpt else 'the base policy'}"
+    figure(res, chunk, args.out, f"{cfg.task.name}, {what}: real (above) and imagined "
+                                 "(below) from the same first frame")
+    if args.gif:
+        videos = [side_by_side_video(r.imagined, r.real) for r in res]
+        t = max(len(v) for v in videos)  # scenes stacked; each holds its last frame
+        video = np.concatenate([np.concatenate([v, np.repeat(v[-1:], t - len(v), 0)])
+                                for v in videos], axis=1)
+        save_gif(video, str(Path(args.out).with_suffix(".gif")))
+    print(json.dumps([{"scene": r.scene, "imagined_success": r.imagined_success,
+                       "peak_score": round(r.peak_score, 4), "sim_success": r.real_success}
+                      for r in res]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
