@@ -51,13 +51,20 @@ def side_by_side_video(imagined: np.ndarray, real: np.ndarray, gap: int = 2) -> 
     return np.concatenate([a, white, b], axis=2)
 
 
-@torch.no_grad()
 def imagined_vs_real(policy, env: dict, task: str, scenes: int, chunk: int,
                      max_episode_steps: int, sim_env: dict | None = None,
                      temperature: float = 1.0, seed: int = 0) -> list[SceneRollouts]:
     """See the module docstring. ``env``: the fit's world-model env spec (its ``reward``
     included); ``sim_env``: ``TabletopEnv`` kwargs of the simulator's scenes (image size,
-    camera, ``eval_seed``)."""
+    camera, ``eval_seed``). The process's torch RNG is left as it was (building the models
+    may draw from it): an eval during training leaves training alone."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        return _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps,
+                                 sim_env, temperature, seed)
+
+
+def _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps, sim_env,
+                      temperature, seed) -> list[SceneRollouts]:
     if env.get("_target_") != WORLD_MODEL_ENV:
         raise ValueError(f"imagined_vs_real needs a world-model env ({WORLD_MODEL_ENV}), got "
                          f"{env.get('_target_')}")
