@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from callbacks.checkpoint_io import AtomicCheckpointIO
 from callbacks.preemption import PREEMPTED_EXIT_CODE
+from callbacks.progress import StepProgressBar
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
 from wmrl.config import build, check_paths, resolve_ckpt_path, to_container, validate
@@ -72,6 +73,8 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list | None = None) -> L.Tra
     callbacks = [RunRecordCallback(to_container(cfg), cfg.run_dir)]
     callbacks += [build(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += list(extra_callbacks or [])
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(StepProgressBar())  # "step 12/30", not Lightning's "Epoch 0/-2"
     logger = build_logger(cfg)
     # a strategy config is a `_target_` spec or Lightning's name for one ({strategy: auto})
     strategy = build(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.strategy
