@@ -115,7 +115,8 @@ class SimEvalCallback(L.Callback):
                 self._run_unseen(trainer, pl_module, self.history[-1])
             return
         self._last_step = step
-        res = evaluate_policy(pl_module.policy, **self.eval_kwargs)
+        res = evaluate_policy(pl_module.policy, **self.eval_kwargs,
+                              progress=f"[sim eval] step {step}")
         row = {"step": step, **res.metrics(), "sim/eval_seconds": res.seconds}
         wm = world_model_success(pl_module, step - (self.history[-1]["step"] if self.history
                                                     else 0))
@@ -190,7 +191,8 @@ class SimEvalCallback(L.Callback):
         for name, eval_seed in self.unseen_eval_seeds.items():
             kw = {**self.eval_kwargs, "num_videos": 0,
                   "env": {**self.eval_kwargs["env"], "eval_seed": eval_seed}}
-            res = evaluate_policy(pl_module.policy, **kw)
+            res = evaluate_policy(pl_module.policy, **kw,
+                                  progress=f"[sim eval] step {row['step']}: {name} scenes")
             extra.update({**res.metrics(f"sim_{name}"), f"sim_{name}/eval_seed": eval_seed})
             print(f"[sim eval] step {row['step']}: {name} scenes (eval_seed {eval_seed}): "
                   f"success {res.describe()} ({res.seconds:.0f} s)",

@@ -103,7 +103,8 @@ def run(cfg: dict) -> dict:
                           temperature=float(cfg["temperature"]), seed=int(cfg["seed"]),
                           num_envs=int(cfg["num_envs"]), repeats=repeats,
                           num_videos=int(cfg.get("num_videos") or 0),
-                          env=None if sim else dict(cfg["env"]), vec_env=sim)
+                          env=None if sim else dict(cfg["env"]), vec_env=sim,
+                          progress="eval")
     out = {"success": res.overall, "success_ci95": list(res.interval()),
            "per_task": res.success, "episodes": res.episodes,
            "temperature": float(cfg["temperature"]), "seconds": round(res.seconds, 1),

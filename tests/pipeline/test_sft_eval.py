@@ -101,11 +101,13 @@ def test_bc_reduces_loss(demos):
     assert rows[-1]["step"] == 25 and not policy.training
 
 
-def test_evaluate_policy_deterministic():
+def test_evaluate_policy_deterministic(capsys):
     policy = tabletop_policy()
     kw = dict(tasks=["red_on_plate"], episodes_per_task=2, temperature=1.0, num_envs=2,
               num_videos=2, env=ENV)
-    r1, r2 = evaluate_policy(policy, seed=3, **kw), evaluate_policy(policy, seed=3, **kw)
+    r1 = evaluate_policy(policy, seed=3, progress="sim eval", **kw)
+    assert "sim eval: 100%|" in capsys.readouterr().out  # a bar of the 2 episodes, then gone
+    r2 = evaluate_policy(policy, seed=3, **kw)
     r3 = evaluate_policy(policy, seed=4, **kw)
     assert r1.episodes == 2 and set(r1.success) == {"red_on_plate"}
     lo, hi = r1.interval()  # the 95% Wilson interval of k of 2, logged beside the rate

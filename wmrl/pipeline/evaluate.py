@@ -8,11 +8,13 @@ seeded generator: the same weights give the same numbers.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from wmrl.atomic import atomic_path
 from wmrl.config import build
@@ -54,14 +56,16 @@ class EvalResult:
 def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
                     episodes_per_task: int = 100, temperature: float = 1.0, seed: int = 0,
                     num_envs: int = 16, repeats: int = 1, num_videos: int = 0,
-                    env: dict | None = None, vec_env: dict | None = None) -> EvalResult:
+                    env: dict | None = None, vec_env: dict | None = None,
+                    progress: str | None = None) -> EvalResult:
     """Roll ``policy`` out on states 0..episodes_per_task-1 of each task, each state
     ``repeats`` times in a row (repeats > 1 gives groups, as GRPO samples them).
     ``env``: TabletopEnv kwargs (image_size, max_episode_steps, eval_seed, ...) of the
     default simulator, ``TabletopVecEnv``. ``vec_env``: another simulator instead, a
     ``_target_`` spec of a vector env with TabletopVecEnv's interface, built with
     ``num_envs`` (``wmrl.sim.libero_vec.LiberoVecEnv``: conf/sim/libero.yaml); its
-    ``task_names`` names the tasks (a LIBERO suite stands for all its tasks)."""
+    ``task_names`` names the tasks (a LIBERO suite stands for all its tasks). ``progress``: a
+    label for a tqdm bar of the episodes on stdout (None: none)."""
     if episodes_per_task < 1 or repeats < 1:
         raise ValueError(f"episodes_per_task and repeats must be >= 1, got "
                          f"{episodes_per_task}, {repeats}")
@@ -76,8 +80,13 @@ def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
     vec = TabletopVecEnv(num_envs, **kw) if vec_env is None else build(vec_env, num_envs=num_envs)
     t0 = time.perf_counter()
     success, outcomes, videos = {}, {}, []
+    bar = None
     try:
         names = vec.task_names(list(tasks), episodes_per_task)
+        if progress:
+            bar = tqdm(total=len(names) * episodes_per_task * repeats, desc=progress,
+                       unit="episode", leave=False, file=sys.stdout, dynamic_ncols=True,
+                       mininterval=0)
         for k, name in enumerate(names):
             specs = [EpisodeSpec(name, state_id=i) for i in range(episodes_per_task)
                      for _ in range(repeats)]
@@ -85,11 +94,15 @@ def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
             # a distinct seed stream per task, so adding a task leaves the others unchanged
             for j, ep in enumerate(rollout_episodes(vec, source, specs, seed=seed + 7919 * k)):
                 ok.append(ep.success)
+                if bar is not None:
+                    bar.update(1)
                 if j < num_videos:
                     videos.append((name, ep.frames, ep.success))
             outcomes[name] = ok
             success[name] = float(np.mean(ok))
     finally:
+        if bar is not None:
+            bar.close()
         vec.close()
         policy.train(was_training)
     n = sum(len(v) for v in outcomes.values())
