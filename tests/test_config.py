@@ -251,7 +251,8 @@ def test_pace_file_holds_the_schemas_defaults():
     conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
     assert set(want) <= set(conf)
     interpolated = {k for k in want if OmegaConf.is_interpolation(conf, k)}
-    assert interpolated == {"num_states", "seed", "out_dir"}
+    assert interpolated == {"num_states", "seed", "out_dir", "success_threshold",
+                            "num_inference_steps"}  # the last two: the env's
     assert {k: conf[k] for k in want if k not in interpolated} == \
         {k: v for k, v in want.items() if k not in interpolated}
     assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}

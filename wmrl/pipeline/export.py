@@ -37,6 +37,7 @@ from wmrl.atomic import atomic_dir
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError
 from wmrl.stats import rate_with_interval
+from wmrl.world_model.action_wan import ActionWanModel
 
 INDEX_NAME = "model.safetensors.index.json"
 POLICY_PREFIX = "policy."
@@ -216,8 +217,6 @@ def export_world_model(ckpt_path: str, out: str, source: str | None = None) -> d
     """Write the PACE-refined world model of the checkpoint into ``out`` (a loadable
     world-model directory); ``source``: the world model the run started from (default: the
     run's ``env.world_model.path``)."""
-    from wmrl.world_model.action_wan import ActionWanModel
-
     check_out(out)
     ckpt = read_checkpoint(ckpt_path)
     pace = ckpt.get("pace")
