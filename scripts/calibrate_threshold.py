@@ -27,12 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, build, check_held_out_seed, to_container  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy  # noqa: E402
+from wmrl.pipeline.reward_evaluation import ranking_metrics  # noqa: E402
 from wmrl.pipeline.threshold_calibration import (  # noqa: E402
     imagined_peaks,
     rate_matching_threshold,
@@ -75,12 +77,16 @@ def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_e
                           env=dict(image_size=size, max_episode_steps=int(task.max_episode_steps),
                                    eval_seed=eval_seed, camera=task.camera))
     by_threshold = success_by_threshold(peaks)
+    # scene by scene: does the imagined peak score rank the scenes as the simulator's outcome
+    # does (the two rollouts differ, closed loop each; AUROC and calibration error)
+    per_scene = ranking_metrics(torch.from_numpy(peaks), torch.tensor(sim.outcomes[task.name]))
     return {"eval_seed": eval_seed, "states": states, "temperature": temperature,
             "ckpt_path": ckpt, "sim_success": sim.overall,
             "wm_success_at_env_threshold": float((peaks >= cfg.env.success_threshold).mean()),
             "env_success_threshold": float(cfg.env.success_threshold),
             "wm_success_by_threshold": by_threshold,
             "rate_matching_threshold": rate_matching_threshold(peaks, sim.overall),
+            "scene_auroc": per_scene["auroc"], "scene_calibration_error": per_scene["ece"],
             "wm_seconds": round(wm_seconds, 1), "sim_seconds": round(sim.seconds, 1)}
 
 

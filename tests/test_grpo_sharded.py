@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +77,11 @@ def test_two_rank_sharded_grpo_resumes_and_evaluates_its_folders(tmp_path, ray_l
     spec.loader.exec_module(ev)
     policy = ev.policy_state_from_ckpt(str(ckpts / "last.ckpt"))  # full tensors, one process
     assert float(policy["bias"].sum()) == pytest.approx(ranks[0]["bias_sum"], abs=0)
+    from wmrl.pipeline.export import read_checkpoint  # scripts/export.py's reader
+
+    whole = read_checkpoint(str(ckpts / "last.ckpt"))
+    assert whole["global_step"] == 3 and torch.equal(whole["state_dict"]["policy.bias"],
+                                                     policy["bias"])
     cfg = OmegaConf.create({"ckpt_path": "last", "run_dir": str(tmp_path)})
     assert resolve_ckpt_path(cfg).ckpt_path == str(ckpts / "last.ckpt")
 
