@@ -106,7 +106,7 @@ def test_evaluate_policy_deterministic(capsys):
     kw = dict(tasks=["red_on_plate"], episodes_per_task=2, temperature=1.0, num_envs=2,
               num_videos=2, env=ENV)
     r1 = evaluate_policy(policy, seed=3, progress="sim eval", **kw)
-    assert "sim eval: 100%|" in capsys.readouterr().out  # a bar of the 2 episodes, then gone
+    assert "sim eval:   0%|          | 0/2" in capsys.readouterr().out  # a bar of 2 episodes
     r2 = evaluate_policy(policy, seed=3, **kw)
     r3 = evaluate_policy(policy, seed=4, **kw)
     assert r1.episodes == 2 and set(r1.success) == {"red_on_plate"}

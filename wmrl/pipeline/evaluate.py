@@ -86,7 +86,7 @@ def evaluate_policy(policy, tasks: list[str] | tuple[str, ...] = TASK_NAMES,
         if progress:
             bar = tqdm(total=len(names) * episodes_per_task * repeats, desc=progress,
                        unit="episode", leave=False, file=sys.stdout, dynamic_ncols=True,
-                       mininterval=0)
+                       mininterval=2.0)  # a log file gets a line every 2 s at most
         for k, name in enumerate(names):
             specs = [EpisodeSpec(name, state_id=i) for i in range(episodes_per_task)
                      for _ in range(repeats)]
