@@ -45,7 +45,8 @@ def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
     with warnings.catch_warnings(record=True) as caught:  # (the filters in force: recwarn's
         fit(toy_cfg(tmp_path / "a", **over))              # "always" would show them all)
     # the frozen reference (kl_coef > 0) is in eval mode on purpose: no warning about it
-    assert not [w for w in caught if "in eval mode" in str(w.message)]
+    eval_mode = [str(w.message) for w in caught if "in eval mode" in str(w.message)]
+    assert not eval_mode, eval_mode
     straight = _state(tmp_path / "a" / "checkpoints" / "last.ckpt")
     assert straight[0] == 4 and straight[1]["policy.bias"].abs().sum() > 0  # it trained
     assert not any(k.startswith("reference_policy.") for k in straight[1])  # not saved

@@ -20,10 +20,15 @@ from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.schema import with_defaults
 
-# checkpoints after the update are what we want (the weights the next rollout uses)
-warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
-# the frozen reference policy is in eval mode on purpose (GRPOModule warns of the trained one's)
-warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start")
+
+def quiet_known_warnings() -> None:
+    """Lightning's warnings that every wmrl fit would print, each for a reason of ours (set
+    when the fit starts: a filter set at import would not outlive pytest's collection)."""
+    # checkpoints after the update are what we want (the weights the next rollout uses)
+    warnings.filterwarnings("ignore", message=".*no pre-optimization state was saved.*")
+    # the frozen reference policy is in eval mode on purpose (GRPOModule warns of the trained
+    # policy's own)
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start")
 
 
 def log_lines_once() -> None:
@@ -90,6 +95,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     process: non-zero, so nothing chained after the fit takes the run for finished."""
     validate(resolve_ckpt_path(cfg))  # before Ray or any model starts
     log_lines_once()
+    quiet_known_warnings()
     check_paths(cfg)
     cfg = with_defaults(cfg)  # what a group leaves out: its schema's default (wmrl/schema.py)
     cfg = start_from_pool(cfg)  # task.train_pool: GRPO's scenes apart from the sim eval's
