@@ -90,7 +90,7 @@ def test_world_model_of_pace_goes_out_loadable(tmp_path):
     export_world_model(str(tmp_path / "pace.ckpt"), str(tmp_path / "out"))
     back = ActionWanModel.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.equal(back[k], v) for k, v in refined.state_dict().items())
-    torch.save({"state_dict": {}, "pace": {"version": 0, "world_model": None}},
+    torch.save({"state_dict": {}, "global_step": 1, "pace": {"version": 0, "world_model": None}},
                tmp_path / "nopace.ckpt")
     with pytest.raises(ConfigError, match="holds no refined world model"):
         export_world_model(str(tmp_path / "nopace.ckpt"), str(tmp_path / "out2"))
@@ -114,7 +114,8 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
     (tmp_path / "junk.ckpt").write_text("not a checkpoint")
     assert "is not a Lightning checkpoint" in export(tmp_path / "junk.ckpt", "--out",
                                                      tmp_path / "o").stderr
-    torch.save({"state_dict": {"model.w": torch.zeros(1)}}, tmp_path / "other.ckpt")
+    torch.save({"state_dict": {"model.w": torch.zeros(1)}, "global_step": 1},
+               tmp_path / "other.ckpt")
     assert "holds no policy weights" in export(tmp_path / "other.ckpt", "--out",
                                                tmp_path / "o").stderr
     (tmp_path / "full").mkdir()
