@@ -151,9 +151,11 @@ class SimEvalCallback(L.Callback):
         real) in ``<out_dir>/side_by_side/``, a row per scene in ``side_by_side.jsonl``, and
         with wandb the videos and a ``wandb.Table``."""
         sbs, kw = self.side_by_side, self.eval_kwargs
+        pace = getattr(pl_module, "pace", None)  # the world model PACE refined, if it did
+        weights = pace.current_state() if pace is not None and pace.version > 0 else None
         res = imagined_vs_real(pl_module.policy, sbs["env"], kw["tasks"][0], int(sbs["scenes"]),
                                int(sbs["chunk"]), int(sbs["max_episode_steps"]), kw["env"],
-                               kw["temperature"], kw["seed"])
+                               kw["temperature"], kw["seed"], weights)
         out = os.path.join(self._out_dir(trainer), "side_by_side")
         os.makedirs(out, exist_ok=True)
         rows, paths = [], []

@@ -47,3 +47,23 @@ def test_the_same_scenes_in_the_world_model_and_the_simulator(rollouts):
     # seeded: the same videos again
     assert all(np.array_equal(a.imagined, b.imagined) and np.array_equal(a.real, b.real)
                for a, b in zip(first, again))
+
+
+def test_pace_weights_are_the_ones_imagined(rollouts):
+    """With PACE's refined weights (here: the shipped ones shifted) the imagined video
+    changes and the real one does not."""
+    from wmrl.pipeline.pace import trained_state
+    from wmrl.world_model.action_wan import ActionWanModel
+
+    first, _, cfg = rollouts
+    model = ActionWanModel.from_pretrained(cfg.env.world_model.path)
+    with torch.no_grad():
+        for p in model.transformer.parameters():
+            p.add_(0.05)
+    torch.manual_seed(0)
+    policy = build(cfg.policy)
+    refined = imagined_vs_real(policy, to_container(cfg.env), "red_of_two", 2, 8, 16,
+                               to_container(cfg.callbacks.sim_eval.env), seed=0,
+                               weights=(trained_state(model), None))
+    assert all(np.array_equal(a.real, b.real) for a, b in zip(first, refined))
+    assert not all(np.array_equal(a.imagined, b.imagined) for a, b in zip(first, refined))

@@ -53,18 +53,21 @@ def side_by_side_video(imagined: np.ndarray, real: np.ndarray, gap: int = 2) -> 
 
 def imagined_vs_real(policy, env: dict, task: str, scenes: int, chunk: int,
                      max_episode_steps: int, sim_env: dict | None = None,
-                     temperature: float = 1.0, seed: int = 0) -> list[SceneRollouts]:
+                     temperature: float = 1.0, seed: int = 0,
+                     weights: tuple[dict, dict | None] | None = None) -> list[SceneRollouts]:
     """See the module docstring. ``env``: the fit's world-model env spec (its ``reward``
     included); ``sim_env``: ``TabletopEnv`` kwargs of the simulator's scenes (image size,
-    camera, ``eval_seed``). The process's torch RNG is left as it was (building the models
-    may draw from it): an eval during training leaves training alone."""
+    camera, ``eval_seed``); ``weights``: (world-model, reward) weights to load over the spec's
+    (PACE's current version, so the picture shows the world model the rollouts use). The
+    process's torch RNG is left as it was (building the models may draw from it): an eval
+    during training leaves training alone."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         return _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps,
-                                 sim_env, temperature, seed)
+                                 sim_env, temperature, seed, weights)
 
 
 def _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps, sim_env,
-                      temperature, seed) -> list[SceneRollouts]:
+                      temperature, seed, weights) -> list[SceneRollouts]:
     if env.get("_target_") != WORLD_MODEL_ENV:
         raise ValueError(f"imagined_vs_real needs a world-model env ({WORLD_MODEL_ENV}), got "
                          f"{env.get('_target_')}")
@@ -86,6 +89,8 @@ def _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps, sim_e
         **spec, reward=build(env["reward"]), initial_states=episode_initial_states(real),
         num_envs=scenes, group_size=1, chunk=chunk, max_episode_steps=max_episode_steps,
         return_frames=True)
+    if weights is not None:
+        wm.load_world_model_weights(weights[0], reward_state_dict=weights[1])
     try:
         obs = wm.reset(seed=seed, state_ids=list(range(scenes)))
         frames, peak = [], torch.zeros(scenes)
