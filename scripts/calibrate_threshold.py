@@ -16,7 +16,6 @@ closest to the simulator's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, build, check_held_out_seed, to_container  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy  # noqa: E402
+from wmrl.pipeline.policy_checkpoint import load_policy  # noqa: E402
 from wmrl.pipeline.reward_evaluation import ranking_metrics  # noqa: E402
 from wmrl.pipeline.threshold_calibration import (  # noqa: E402
     imagined_peaks,
@@ -43,14 +43,6 @@ from wmrl.pipeline.threshold_calibration import (  # noqa: E402
 from wmrl.sim.tabletop import initial_frames  # noqa: E402
 
 
-def _load_policy(policy_cfg: dict, ckpt: str | None):
-    """scripts/eval.py's loader: the same checks of a fit checkpoint against the config."""
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
-    ev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ev)
-    return ev.load_policy(policy_cfg, ckpt)
-
-
 def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_envs: int = 64,
               ckpt: str | None = None, seed: int = 0) -> dict:
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
@@ -58,7 +50,7 @@ def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_e
     task = cfg.task
     check_held_out_seed(task, eval_seed, "calibrate")
     temperature = float(cfg.callbacks.sim_eval.temperature)
-    policy = _load_policy(to_container(cfg.policy), ckpt)
+    policy = load_policy(to_container(cfg.policy), ckpt)
     size = tuple(task.image_size)
     frames, texts = initial_frames(task.name, states, seed=eval_seed, image_size=size,
                                    camera=task.camera)

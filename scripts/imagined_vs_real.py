@@ -14,7 +14,6 @@ row labelled with its verdict; with ``--gif``, ``FIG.gif`` beside it holds the v
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -30,15 +29,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from wmrl.atomic import atomic_path  # noqa: E402
 from wmrl.config import ConfigError, to_container  # noqa: E402
 from wmrl.pipeline.evaluate import save_gif  # noqa: E402
+from wmrl.pipeline.policy_checkpoint import load_policy  # noqa: E402
 from wmrl.pipeline.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402
-
-
-def _load_policy(policy_cfg: dict, ckpt: str | None):
-    """scripts/eval.py's loader: the same checks of a fit checkpoint against the config."""
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
-    ev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ev)
-    return ev.load_policy(policy_cfg, ckpt)
 
 
 def figure(results, chunk: int, path: str, title: str) -> None:
@@ -83,7 +75,7 @@ def main(argv: list[str]) -> int:
     try:
         with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
             cfg = compose("fit", overrides=["run_dir=/tmp/wmrl-figure", *overrides])
-        policy = _load_policy(to_container(cfg.policy), args.ckpt)
+        policy = load_policy(to_container(cfg.policy), args.ckpt)
         sim = to_container(cfg.callbacks.sim_eval)
         chunk = int(cfg.rollout.chunk)
         res = imagined_vs_real(policy, to_container(cfg.env), cfg.task.name, args.scenes, chunk,

@@ -1,7 +1,6 @@
 """GRPO under strategies.HybridShardStrategy on 2 CPU processes (real gloo, FSDP2), each
 rank driving its own rollout actor on one shared Ray cluster."""
 
-import importlib.util
 import json
 import os
 import socket
@@ -72,10 +71,9 @@ def test_two_rank_sharded_grpo_resumes_and_evaluates_its_folders(tmp_path, ray_l
 
     meta = read_checkpoint_meta(str(ckpts / "last.ckpt"))
     assert meta["global_step"] == 3 and meta[CONFIG_KEY]["strategy"]["shard_size"] == "world"
-    spec = importlib.util.spec_from_file_location("eval_script", ROOT / "scripts" / "eval.py")
-    ev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ev)
-    policy = ev.policy_state_from_ckpt(str(ckpts / "last.ckpt"))  # full tensors, one process
+    from wmrl.pipeline.policy_checkpoint import policy_state_from_ckpt  # eval's reader
+
+    policy = policy_state_from_ckpt(str(ckpts / "last.ckpt"))  # full tensors, one process
     assert float(policy["bias"].sum()) == pytest.approx(ranks[0]["bias_sum"], abs=0)
     from wmrl.pipeline.export import read_checkpoint  # scripts/export.py's reader
 

@@ -15,6 +15,7 @@ import torch
 from callbacks.sim_eval import SimEvalCallback
 from wmrl.pipeline import sft
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction
+from wmrl.pipeline.policy_checkpoint import policy_state_from_ckpt
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
@@ -211,4 +212,4 @@ def test_eval_script_loads_lightning_ckpt(tmp_path):
     assert len(list((tmp_path / "eval").glob("red_left_0_*.gif"))) == 1
     torch.save({"state_dict": {"model.w": torch.zeros(1)}}, tmp_path / "bad.ckpt")
     with pytest.raises(KeyError, match="bad.ckpt.*policy"):
-        ev.policy_state_from_ckpt(str(tmp_path / "bad.ckpt"))
+        policy_state_from_ckpt(str(tmp_path / "bad.ckpt"))
