@@ -79,7 +79,10 @@ def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_e
             "wm_success_by_threshold": by_threshold,
             "rate_matching_threshold": rate_matching_threshold(peaks, sim.overall),
             "scene_auroc": per_scene["auroc"], "scene_calibration_error": per_scene["ece"],
-            "wm_seconds": round(wm_seconds, 1), "sim_seconds": round(sim.seconds, 1)}
+            "wm_seconds": round(wm_seconds, 1), "sim_seconds": round(sim.seconds, 1),
+            # per scene, to read any other threshold or pairing later without a rerun
+            "peaks": [round(float(p), 6) for p in peaks],
+            "sim_outcomes": [bool(o) for o in sim.outcomes[task.name]]}
 
 
 def main(argv: list[str]) -> int:

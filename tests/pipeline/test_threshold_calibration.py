@@ -95,6 +95,9 @@ def test_calibrate_script_on_the_shipped_assets(tmp_path):
     assert all(v in (0.0, 0.25, 0.5, 0.75, 1.0) for v in rates.values())
     assert list(rates.values()) == sorted(rates.values(), reverse=True)  # falls with h
     assert res["wm_success_at_env_threshold"] == rates["0.99"]
+    assert len(res["peaks"]) == len(res["sim_outcomes"]) == 4
+    assert rates["0.4"] == sum(p >= 0.4 for p in res["peaks"]) / 4
+    assert res["sim_success"] == sum(res["sim_outcomes"]) / 4
     # scene-level AUROC of the imagined peak against the simulator's outcome: NaN when the 4
     # scenes all fail or all succeed
     auroc = res["scene_auroc"]
