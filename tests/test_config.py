@@ -39,8 +39,8 @@ def test_default_config_composes_and_validates():
 
 def test_reward_on_imagination_experiment_loads_its_shipped_reward():
     """experiment=reward_on_imagination: the default recipe with the reward of `make assets`
-    stage 7 and the threshold its held-out replays chose (what check_paths accepts, the
-    fit loads)."""
+    stage 7 (what check_paths accepts, the fit loads) at the threshold chosen closed loop on
+    eval_seed 2: the base policy's imagined success there is the default reward's at 0.99."""
     from wmrl.config import check_paths
 
     cfg = fit_cfg("experiment=reward_on_imagination")
@@ -48,7 +48,13 @@ def test_reward_on_imagination_experiment_loads_its_shipped_reward():
     check_paths(cfg)
     assert cfg.reward.checkpoint.endswith("assets/reward_on_imagination")
     metrics = json.loads((Path(cfg.reward.checkpoint) / "metrics.json").read_text())
-    assert cfg.env.success_threshold == metrics["after"]["rate_matching_threshold"] == 0.95
+    assert metrics["after"]["rate_matching_threshold"] == 0.95  # open loop: read 25% vs 48% closed
+    closed = json.loads((Path(cfg.reward.checkpoint) / "closed_loop_calibration.json").read_text())
+    default = closed["default_reward"]
+    target = default["wm_success_by_threshold"][str(fit_cfg().env.success_threshold)]  # 0.336
+    ours = closed["reward_on_imagination"]["wm_success_by_threshold"]
+    nearest = min(ours, key=lambda h: (abs(ours[h] - target), -float(h)))
+    assert cfg.env.success_threshold == float(nearest) == 0.8 and ours[nearest] == 89 / 256
     assert metrics["held_out_episodes"] == 64 and metrics["steps"] == 1000
     assert cfg.trainer.max_steps == fit_cfg().trainer.max_steps  # otherwise the default run
 
