@@ -22,7 +22,6 @@ choice carries over to the shorter run. Hydra overrides after the flags go to
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -33,10 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
 from wmrl.atomic import write_text  # noqa: E402
-from wmrl.config import ConfigError, check_held_out_seed, to_container  # noqa: E402
+from wmrl.config import ConfigError  # noqa: E402
+from wmrl.pipeline.held_out import held_out_config, simulator_success  # noqa: E402
 from wmrl.stats import mean_se  # noqa: E402
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
@@ -74,29 +72,15 @@ def choose(success: dict[int, list[float]]) -> dict:
     return {"by_step": rows, "best_step": best}
 
 
-def _eval_script():
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
-    ev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ev)
-    return ev
-
-
 def score(runs: list[str], eval_seed: int = 2, states: int = 256,
           overrides: list[str] | None = None) -> dict:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("eval", overrides=list(overrides or []))
-    task = cfg.task
-    check_held_out_seed(task, eval_seed, "choose the run length")
-    base = to_container(cfg)
-    base["env"] = dict(base["env"], eval_seed=eval_seed)
-    base["episodes_per_task"] = states
+    cfg = held_out_config(eval_seed, states, overrides, "choose the run length")
     ckpts = {r: step_checkpoints(r) for r in runs}
     steps = common_steps(ckpts)
-    ev = _eval_script()
-    base_success = ev.run(dict(base, ckpt_path=None))["success"]  # step 0: the base policy
+    base_success = simulator_success(cfg)  # step 0: the base policy
     success = {0: [base_success] * len(runs)}
     for step in steps:
-        success[step] = [ev.run(dict(base, ckpt_path=ckpts[r][step]))["success"] for r in runs]
+        success[step] = [simulator_success(cfg, ckpts[r][step]) for r in runs]
     out = choose(success)
     out.update(runs=runs, eval_seed=eval_seed, states=states)
     return out

@@ -17,6 +17,9 @@ one JSON line with every figure:
   ``--signal`` metric (default ``wm/fragile_success``, ``env.resample_check``) against the
   interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number
   tracks the world model running away from the simulator;
+* ``gain_held_out``: the last checkpoint minus the base policy on the held-out scenes
+  (``eval_seed`` 2, the set choices are made on), when ``scripts/score_held_out.py`` has
+  written the run's ``held_out.json``;
 * ``real_episodes``: the simulator episodes a run trained on (``pace/summary.json``, written
   by ``wmrl.pipeline.pace.Pace``; 0 for a run without PACE): its simulator budget, to set beside the
   oracle's (``experiment=sim_oracle``: every rollout is real).
@@ -40,6 +43,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from wmrl.pipeline.held_out import read_held_out  # noqa: E402
 from wmrl.run_logs import RunLogError, read_metric  # noqa: E402
 from wmrl.stats import mean_se, pearson, t_interval  # noqa: E402
 
@@ -102,6 +106,10 @@ def run_figures(run: str, signal: str) -> dict:
         if key in last:
             out[f"gain_{name.removeprefix('sim_')}"] = last[key] - first[key]
             out[name] = [first[key], last[key]]
+    held_out = read_held_out(run)  # scripts/score_held_out.py: the last checkpoint, eval_seed 2
+    if held_out is not None:
+        out["gain_held_out"] = held_out["success"] - held_out["base_success"]
+        out["held_out"] = [held_out["base_success"], held_out["success"]]
     pace = os.path.join(run, "pace", "summary.json")
     if os.path.isfile(pace):
         with open(pace) as f:

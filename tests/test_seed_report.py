@@ -66,17 +66,21 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
 
 
 def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
-    def arm(name, gains):  # gains on the training / unseen scenes per seed 0, 1, 2
+    def arm(name, gains, held_out=()):  # gains on the training / unseen scenes per seed 0, 1, 2
         runs = []
         for seed, (g, u) in enumerate(gains):
             run = make_run(tmp_path / name, f"s{seed}", [0.40, 0.40, 0.40 + g],
                            [0.42, 0.42 + u], [0.3, 0.3], [0.1, 0.1])
             (tmp_path / name / f"s{seed}" / "config.yaml").write_text(f"lr: 1.0\nseed: {seed}\n")
+            if held_out:  # scripts/score_held_out.py's file: the base policy 0.44 on eval_seed 2
+                (tmp_path / name / f"s{seed}" / "held_out.json").write_text(json.dumps(
+                    {"eval_seed": 2, "states": 256, "base_success": 0.44,
+                     "success": 0.44 + held_out[seed]}))
             runs.append(run)
         return runs
 
-    base = arm("base", [(0.05, 0.02), (0.10, 0.04), (0.00, 0.06)])
-    new = arm("new", [(0.07, 0.02), (0.16, 0.00), (0.05, 0.06)])
+    base = arm("base", [(0.05, 0.02), (0.10, 0.04), (0.00, 0.06)], held_out=(0.10, 0.08, 0.12))
+    new = arm("new", [(0.07, 0.02), (0.16, 0.00), (0.05, 0.06)], held_out=(0.05, 0.09, 0.04))
     # listed out of order: pairing goes by the config's seed, not by position
     res = seed_report.report(new, against=base[::-1])["summary"]["paired"]
     assert res["seeds"] == [0, 1, 2]
@@ -85,6 +89,9 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     assert res["gain_train"]["mean"] == pytest.approx(0.13 / 3)
     assert res["gain_unseen"]["values"] == pytest.approx([0.0, -0.04, 0.0])
     assert res["gain_unseen"]["se"] == pytest.approx(np.std([0.0, -0.04, 0.0], ddof=1) / 3 ** 0.5)
+    # the held-out scenes: +0.05 - 0.10, +0.09 - 0.08, +0.04 - 0.12
+    assert res["gain_held_out"]["values"] == pytest.approx([-0.05, 0.01, -0.08])
+    assert res["gain_held_out"]["min"] == pytest.approx(-0.08)
     assert seed_report.main(new + ["--against"] + base) == 0
     # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
     assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
