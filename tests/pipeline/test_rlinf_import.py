@@ -102,7 +102,7 @@ def test_import_loads_with_every_tensor_in_place(tmp_path):
     assert (v1 - v2).abs().max() > 1e-3
 
 
-def test_bf16_shards_in_and_out(tmp_path):
+def test_bf16_shards_in_and_out(tmp_path, capsys):
     src = release_dit(dtype=torch.bfloat16, seed=3)
     keys = sorted(src)
     save_file({k: src[k] for k in keys[:40]}, str(tmp_path / "a.safetensors"))
@@ -110,6 +110,7 @@ def test_bf16_shards_in_and_out(tmp_path):
     info = import_dit([tmp_path / "a.safetensors", tmp_path / "b.safetensors"], tmp_path / "wm",
                       num_heads=HEADS, text_dim=8, shard_bytes=20_000)
     assert info["shards"] > 1
+    assert "[import] transformer" in capsys.readouterr().err  # a 5B DiT converts for minutes
     tdir = tmp_path / "wm/transformer"
     index = json.loads((tdir / "diffusion_pytorch_model.safetensors.index.json").read_text())
     stored = {}

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from tqdm import tqdm
 
 from wmrl.atomic import atomic_dir, write_text
 from wmrl.envs.initial_states import OPEN_GRIPPER, write_initial_states
@@ -243,11 +244,15 @@ def _shards(items: Iterator[tuple[str, torch.Tensor]], shard_bytes: int):
 
 
 def write_shards(folder: Path, tensors: Iterator[tuple[str, torch.Tensor]],
-                 shard_bytes: int, stem: str = "diffusion_pytorch_model") -> tuple[int, list[str]]:
+                 shard_bytes: int, stem: str = "diffusion_pytorch_model",
+                 count: int | None = None, desc: str = "[import]") -> tuple[int, list[str]]:
     """diffusers' safetensors layout in ``folder`` (an ``atomic_dir``): one
     ``<stem>.safetensors``, or shards plus ``<stem>.safetensors.index.json``. Returns (bytes,
-    files); each shard is freed once written, so the peak is about one shard."""
+    files); each shard is freed once written, so the peak is about one shard. A progress bar
+    counts the tensors (of ``count``) on stderr: a 5B DiT takes minutes."""
     weight_map, files, total = {}, [], 0
+    tensors = tqdm(tensors, total=count, desc=desc, unit="tensor",
+                   mininterval=2.0, leave=False)
     for i, shard in enumerate(_shards(tensors, shard_bytes)):
         fname = f"{stem}-{i + 1:05d}.safetensors"
         save_file(shard, str(folder / fname), metadata={"format": "pt"})
@@ -316,7 +321,8 @@ def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | No
 
     out = Path(out)
     with atomic_dir(out / "transformer") as tdir:
-        total, files = write_shards(tdir, tensors(), shard_bytes)
+        total, files = write_shards(tdir, tensors(), shard_bytes, count=len(dit_keys) + len(zeros),
+                                    desc="[import] transformer")
         (tdir / "config.json").write_text(json.dumps(cfg, indent=2))
     with atomic_dir(out / "action") as adir:
         action = {k: src.get(k).float().contiguous() for k in action_keys}
@@ -447,7 +453,8 @@ def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std
                 f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} latent "
                 "channels)")
     with atomic_dir(Path(out) / "vae") as vdir:
-        total, _ = write_shards(vdir, ((names[k], state[k]) for k in sorted(state)), shard_bytes)
+        total, _ = write_shards(vdir, ((names[k], state[k]) for k in sorted(state)), shard_bytes,
+                                count=len(state), desc="[import] vae")
         (vdir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"vae": cfg, "vae_tensors": len(state), "bytes": total}
 

@@ -28,6 +28,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
 from strategies.fused import apply_fused_ops, fused_ops_config
 from wmrl.interfaces import PolicySample
@@ -573,6 +574,9 @@ def save_sharded(state: dict[str, torch.Tensor], directory: str, max_shard_bytes
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+LOAD_PROGRESS_BYTES = 1 << 30  # checkpoints from 1 GiB load with a progress bar
+
+
 def load_safetensors_dir(model: nn.Module, directory: str,
                          ignore_key_prefixes: tuple[str, ...] = ()) -> None:
     """Strict load: a missing / unexpected key or a wrong shape is an error naming the key."""
@@ -602,7 +606,11 @@ def load_safetensors_dir(model: nn.Module, directory: str,
     by_file: dict[str, list[str]] = {}
     for k, fn in weight_map.items():
         by_file.setdefault(fn, []).append(k)
-    with torch.no_grad():
+    size = sum(params[k].numel() * params[k].element_size() for k in weight_map)
+    # a bar for a real checkpoint (a 7B policy loads for minutes), none for the tiny ones
+    bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"[load] {directory}",
+               mininterval=2.0, leave=False, disable=size < LOAD_PROGRESS_BYTES)
+    with torch.no_grad(), bar:
         for fn, keys in by_file.items():
             with safe_open(os.path.join(directory, fn), framework="pt") as f:
                 for k in keys:
@@ -611,6 +619,7 @@ def load_safetensors_dir(model: nn.Module, directory: str,
                         raise ValueError(f"checkpoint key {k!r} has shape {shape}, the model "
                                          f"expects {tuple(params[k].shape)}")
                     params[k].copy_(f.get_tensor(k))
+                    bar.update(params[k].numel() * params[k].element_size())
 
 
 def build_policy(pretrained_path: str | None = None, config: dict | None = None,
