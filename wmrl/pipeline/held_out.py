@@ -57,10 +57,11 @@ def simulator_success(cfg: dict, ckpt_path: str | None = None) -> float:
 
 def score_runs(runs: list[str], cfg: dict, force: bool = False) -> dict[str, dict]:
     """Each run's ``checkpoints/last.ckpt`` and the base policy on ``cfg``'s scenes, written to
-    ``<run>/held_out.json``; a run whose file already holds these scenes is read, not rescored
-    (unless ``force``). The base policy is scored once for all of them."""
+    ``<run>/held_out.json``; a run whose file already holds these scenes and settings is read,
+    not rescored (unless ``force``). The base policy is scored once for all of them."""
     where = {"eval_seed": int(cfg["env"]["eval_seed"]), "states": int(cfg["episodes_per_task"]),
-             "temperature": float(cfg["temperature"]), "seed": int(cfg["seed"])}
+             "temperature": float(cfg["temperature"]), "seed": int(cfg["seed"]),
+             "num_envs": int(cfg["num_envs"])}  # the batching orders the sampling: part of it
     out, base = {}, None
     for run in runs:
         ckpt = os.path.join(run, "checkpoints", "last.ckpt")
