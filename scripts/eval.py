@@ -23,31 +23,19 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.config import ConfigError  # noqa: E402
-from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction, save_gif  # noqa: E402
-from wmrl.pipeline.policy_checkpoint import load_policy  # noqa: E402
+from wmrl.pipeline.evaluate import evaluate_eval_config, mixed_group_fraction, save_gif  # noqa: E402
 from wmrl.stats import wilson  # noqa: E402
 
 
 def run(cfg: dict) -> dict:
-    torch.set_num_threads(int(cfg.get("threads") or 1))
-    policy = load_policy(cfg["policy"], cfg.get("ckpt_path"))
     repeats = int(cfg.get("repeats") or 1)
-    sim = cfg.get("sim")  # another simulator's vector env spec (sim=libero); None: the tabletop
-    res = evaluate_policy(policy, tasks=list(cfg["tasks"]),
-                          episodes_per_task=int(cfg["episodes_per_task"]),
-                          temperature=float(cfg["temperature"]), seed=int(cfg["seed"]),
-                          num_envs=int(cfg["num_envs"]), repeats=repeats,
-                          num_videos=int(cfg.get("num_videos") or 0),
-                          env=None if sim else dict(cfg["env"]), vec_env=sim,
-                          progress="eval")
+    res = evaluate_eval_config(cfg, cfg.get("ckpt_path"))
     out = {"success": res.overall, "success_ci95": list(res.interval()),
            "per_task": res.success, "episodes": res.episodes,
            "temperature": float(cfg["temperature"]), "seconds": round(res.seconds, 1),

@@ -252,17 +252,13 @@ def test_accelerator_present(monkeypatch):
 
 
 def test_eval_refuses_a_damaged_policy_before_loading_it(tmp_path):
-    """scripts/eval.py checks the policy folder the same way the fit does."""
-    import importlib.util
+    """scripts/eval.py's loader checks the policy folder the same way the fit does."""
+    from wmrl.pipeline.policy_checkpoint import load_policy
 
-    spec = importlib.util.spec_from_file_location(
-        "wmrl_eval_script", Path(__file__).resolve().parents[1] / "scripts" / "eval.py")
-    ev = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ev)
     pol = copy(tmp_path, "policy")
     truncate(pol / "model-00001-of-00001.safetensors")
     policy_cfg = {"_target_": "wmrl.policies.openvla_oft.build_policy",
                   "pretrained_path": str(pol), "unnorm_key": "tabletop"}
-    line = refused(ev.load_policy, policy_cfg)
+    line = refused(load_policy, policy_cfg)
     assert line.startswith(f"policy.pretrained_path: {pol}/model-00001-of-00001.safetensors: "
                            "not a whole safetensors file"), line

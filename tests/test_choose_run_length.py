@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from wmrl.config import ConfigError
+from wmrl.pipeline.policy_checkpoint import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],
@@ -67,10 +68,9 @@ def test_scores_every_step_checkpoint_in_the_simulator(tmp_path):
     """Each (run, step) cell is the simulator success of that run's checkpoint on eval_seed 2:
     the shipped SFT weights score as the base policy (step 0) does; with a zeroed lm_head (every
     action token equally likely: uniform random actions) the policy scores lower."""
-    ev = _script("eval")
     policy_cfg = {"_target_": "wmrl.policies.openvla_oft.build_policy",
                   "pretrained_path": str(ROOT / "wmrl/assets/policy"), "unnorm_key": "tabletop"}
-    sft = ev.load_policy(policy_cfg).state_dict()
+    sft = load_policy(policy_cfg).state_dict()
     zero = dict(sft, **{"language_model.lm_head.weight":
                         torch.zeros_like(sft["language_model.lm_head.weight"])})
     cells = {"run0": {2: sft, 4: zero}, "run1": {2: zero, 4: sft}}

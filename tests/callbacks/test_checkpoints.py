@@ -4,7 +4,6 @@
 same metrics.csv; ``scripts/eval.py`` refusing a checkpoint of another policy config."""
 
 import csv
-import importlib.util
 import os
 import shlex
 import signal
@@ -21,6 +20,7 @@ from test_fit_toy import toy_cfg
 from callbacks.preemption import PREEMPTED_EXIT_CODE
 from wmrl.config import ConfigError, to_container
 from wmrl.fit import fit
+from wmrl.pipeline.policy_checkpoint import load_policy
 from wmrl.schema import with_defaults
 
 HERE = Path(__file__).resolve().parent
@@ -104,33 +104,25 @@ def test_sigterm_during_a_step_saves_it_and_the_resume_continues_the_run(tmp_pat
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["last.ckpt", "step-000003.ckpt"]
 
 
-def _eval_script():
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_eval_refuses_a_checkpoint_of_another_policy_config(four_steps, tmp_path):
-    ev = _eval_script()
     run_dir, config = four_steps
     last = run_dir / "checkpoints" / "last.ckpt"
-    policy = ev.load_policy(config["policy"], str(last))  # the fit's policy config: loads
+    policy = load_policy(config["policy"], str(last))  # the fit's policy config: loads
     assert torch.equal(policy.bias, load(last)["state_dict"]["policy.bias"])
     # image_size=4 would otherwise fail on tensor shapes deep inside load_state_dict
     with pytest.raises(ConfigError, match=r"policy\.image_size: '<unset>' in the checkpoint, "
                                           r"4 given.*policy="):
-        ev.load_policy(dict(config["policy"], image_size=4), str(last))
+        load_policy(dict(config["policy"], image_size=4), str(last))
 
     old = load(last)
     del old["wmrl_config"]  # written before checkpoints recorded their config
     torch.save(old, tmp_path / "old.ckpt")
     with pytest.warns(UserWarning, match="old.ckpt records no run config"):
-        ev.load_policy(config["policy"], str(tmp_path / "old.ckpt"))
+        load_policy(config["policy"], str(tmp_path / "old.ckpt"))
 
     (tmp_path / "notes.ckpt").write_text("not a checkpoint")
     with pytest.raises(ConfigError, match="notes.ckpt is not a Lightning checkpoint"):
-        ev.load_policy(config["policy"], str(tmp_path / "notes.ckpt"))
+        load_policy(config["policy"], str(tmp_path / "notes.ckpt"))
 
 
 def test_eval_cli_refusal_is_one_line_and_exit_code_2(four_steps):

@@ -15,7 +15,7 @@ import torch
 from callbacks.sim_eval import SimEvalCallback
 from wmrl.pipeline import sft
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction
-from wmrl.pipeline.policy_checkpoint import policy_state_from_ckpt
+from wmrl.pipeline.policy_checkpoint import load_policy, policy_state_from_ckpt
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
@@ -191,7 +191,7 @@ def test_eval_script_loads_lightning_ckpt(tmp_path):
     torch.save(ckpt, tmp_path / "last.ckpt")
     policy_cfg = {"_target_": "wmrl.policies.openvla_oft.build_policy",
                   "pretrained_path": str(tmp_path / "policy"), "unnorm_key": "tabletop"}
-    loaded = ev.load_policy(policy_cfg, str(tmp_path / "last.ckpt"))
+    loaded = load_policy(policy_cfg, str(tmp_path / "last.ckpt"))
     for k, v in trained.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
     out = ev.run({"policy": policy_cfg, "ckpt_path": str(tmp_path / "last.ckpt"),

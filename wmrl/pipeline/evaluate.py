@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from wmrl.atomic import atomic_path
 from wmrl.config import build
+from wmrl.pipeline.policy_checkpoint import load_policy
 from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv
 from wmrl.stats import rate_with_interval, wilson
@@ -50,6 +51,23 @@ class EvalResult:
                f"{prefix}/ci95_high": hi}
         out.update({f"{prefix}/success_{k}": v for k, v in self.success.items()})
         return out
+
+
+def evaluate_eval_config(cfg: dict, ckpt_path: str | None = None,
+                         progress: str | None = "eval") -> EvalResult:
+    """``conf/eval.yaml``'s run (``scripts/eval.py``, ``wmrl.pipeline.held_out``): its
+    ``policy`` with ``ckpt_path``'s weights, on its ``tasks`` and ``episodes_per_task`` scenes
+    of its ``env`` (or the ``sim`` vector env, e.g. LIBERO), with its sampling settings."""
+    torch.set_num_threads(int(cfg.get("threads") or 1))
+    policy = load_policy(cfg["policy"], ckpt_path)
+    sim = cfg.get("sim")  # another simulator's vector env spec (sim=libero); None: the tabletop
+    return evaluate_policy(policy, tasks=list(cfg["tasks"]),
+                           episodes_per_task=int(cfg["episodes_per_task"]),
+                           temperature=float(cfg["temperature"]), seed=int(cfg["seed"]),
+                           num_envs=int(cfg["num_envs"]), repeats=int(cfg.get("repeats") or 1),
+                           num_videos=int(cfg.get("num_videos") or 0),
+                           env=None if sim else dict(cfg["env"]), vec_env=sim,
+                           progress=progress)
 
 
 @torch.no_grad()

@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import os
 
-import torch
 from hydra import compose, initialize_config_dir
 
 from wmrl.atomic import write_text
 from wmrl.config import ConfigError, check_held_out_seed, to_container
-from wmrl.pipeline.evaluate import evaluate_policy
-from wmrl.pipeline.policy_checkpoint import load_policy
+from wmrl.pipeline.evaluate import evaluate_eval_config
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "conf")
@@ -45,14 +43,7 @@ def held_out_config(eval_seed: int = 2, states: int = 256, overrides: list[str] 
 
 def simulator_success(cfg: dict, ckpt_path: str | None = None) -> float:
     """Success_once of ``cfg``'s policy (with ``ckpt_path``'s weights) over ``cfg``'s scenes."""
-    torch.set_num_threads(int(cfg.get("threads") or 1))
-    policy = load_policy(cfg["policy"], ckpt_path)
-    res = evaluate_policy(policy, tasks=list(cfg["tasks"]),
-                          episodes_per_task=int(cfg["episodes_per_task"]),
-                          temperature=float(cfg["temperature"]), seed=int(cfg["seed"]),
-                          num_envs=int(cfg["num_envs"]), env=dict(cfg["env"]),
-                          progress="held-out scenes")
-    return float(res.overall)
+    return float(evaluate_eval_config(cfg, ckpt_path, progress="held-out scenes").overall)
 
 
 def score_runs(runs: list[str], cfg: dict, force: bool = False) -> dict[str, dict]:
