@@ -26,7 +26,8 @@ one JSON line with every figure:
 
 ``--against BASELINE_RUNS...`` compares two arms seed by seed: each run is paired with the
 baseline run of the same training seed (``seed`` in each run's ``config.yaml``), and
-``paired.<gain>`` holds the differences (this arm minus the baseline) with their mean +- SE.
+``paired.<gain>`` holds the differences (this arm minus the baseline) with their mean +- SE and
+the seeds they come from (a pair counts where both runs have the gain, e.g. both scored held out).
 Runs of one seed start alike and share their sampling noise, so the paired difference is the
 fairer test of an arm than two means side by side.
 
@@ -76,9 +77,10 @@ def paired(per_run: list[dict], baseline: list[dict]) -> dict:
                           f"(seeds {[r['seed'] for r in per_run]} vs {sorted(by_seed)})")
     out = {"seeds": [r["seed"] for r, _ in pairs]}
     for key in sorted({k for r, _ in pairs for k in r if k.startswith("gain_")}):
-        diffs = [r[key] - b[key] for r, b in pairs if key in r and key in b]
-        if diffs:
-            out[key] = _summary(diffs)
+        both = [(r, b) for r, b in pairs if key in r and key in b]  # e.g. held-out not yet scored
+        if both:
+            out[key] = dict(_summary([r[key] - b[key] for r, b in both]),
+                            seeds=[r["seed"] for r, _ in both])
     return out
 
 
@@ -196,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, v in res["summary"].get("paired", {}).items():
         if key.startswith("gain_"):
             diffs = ", ".join(f"{100 * d:+.1f}" for d in v["values"])
-            print(f"paired {key}: {_pm(v)} vs the baseline (seeds "
-                  f"{res['summary']['paired']['seeds']}: {diffs})")
+            print(f"paired {key}: {_pm(v)} vs the baseline (seeds {v['seeds']}: {diffs})")
     print(json.dumps(res["summary"]))
     return 0
 

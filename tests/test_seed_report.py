@@ -92,6 +92,14 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     # the held-out scenes: +0.05 - 0.10, +0.09 - 0.08, +0.04 - 0.12
     assert res["gain_held_out"]["values"] == pytest.approx([-0.05, 0.01, -0.08])
     assert res["gain_held_out"]["min"] == pytest.approx(-0.08)
+    assert res["gain_held_out"]["seeds"] == [0, 1, 2]
+    # a run not yet scored on the held-out scenes leaves its seed out of that pairing only
+    os.remove(tmp_path / "new" / "s1" / "held_out.json")
+    res = seed_report.report(new, against=base)["summary"]["paired"]
+    assert res["gain_held_out"]["seeds"] == [0, 2] and res["gain_train"]["seeds"] == [0, 1, 2]
+    assert res["gain_held_out"]["values"] == pytest.approx([-0.05, -0.08])
+    assert seed_report.main(new + ["--against"] + base) == 0
+    assert "vs the baseline (seeds [0, 2]: -5.0, -8.0)" in capsys.readouterr().out
     assert seed_report.main(new + ["--against"] + base) == 0
     # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
     assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
