@@ -93,6 +93,10 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     assert res["gain_held_out"]["values"] == pytest.approx([-0.05, 0.01, -0.08])
     assert res["gain_held_out"]["min"] == pytest.approx(-0.08)
     assert res["gain_held_out"]["seeds"] == [0, 1, 2]
+    assert seed_report.main(new + ["--against"] + base) == 0
+    # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
+    assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
+            "min +2.0) vs the baseline") in capsys.readouterr().out
     # a run not yet scored on the held-out scenes leaves its seed out of that pairing only
     os.remove(tmp_path / "new" / "s1" / "held_out.json")
     res = seed_report.report(new, against=base)["summary"]["paired"]
@@ -100,10 +104,6 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     assert res["gain_held_out"]["values"] == pytest.approx([-0.05, -0.08])
     assert seed_report.main(new + ["--against"] + base) == 0
     assert "vs the baseline (seeds [0, 2]: -5.0, -8.0)" in capsys.readouterr().out
-    assert seed_report.main(new + ["--against"] + base) == 0
-    # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
-    assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
-            "min +2.0) vs the baseline") in capsys.readouterr().out
     # a baseline with no shared seed is named
     (tmp_path / "base" / "s0" / "config.yaml").write_text("seed: 7\n")
     assert seed_report.main(new[1:2] + ["--against", base[0]]) == 2
