@@ -2,8 +2,12 @@
 
     python scripts/bench.py                 # every module in wmrl/bench
     python scripts/bench.py policy reward   # only these
+
+stdout carries the JSON lines only (``scripts/bench.py | jq`` works): what a bench prints while
+it runs, e.g. the step lines of the fits the placement bench makes, goes to stderr.
 """
 
+import contextlib
 import importlib
 import json
 import os
@@ -16,6 +20,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import wmrl.bench  # noqa: E402
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Point file descriptor 1 at stderr for the block: the fits' step lines, Ray's forwarded
+    worker logs and child processes all write to the descriptor, not only to ``sys.stdout``."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # a sys.stdout not on fd 1 (a capture)
+            yield
+    finally:
+        sys.stdout.flush()  # what the block printed goes out before fd 1 is stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(names: list[str]) -> int:
     available = sorted(m.name for m in pkgutil.iter_modules(wmrl.bench.__path__))
     unknown = sorted(set(names) - set(available))
@@ -26,7 +46,8 @@ def main(names: list[str]) -> int:
     for name in names or available:
         t0 = time.perf_counter()
         try:
-            figures = importlib.import_module(f"wmrl.bench.{name}").run()
+            with stdout_to_stderr():
+                figures = importlib.import_module(f"wmrl.bench.{name}").run()
         except Exception as err:  # report and go on: one broken bench must not hide the rest
             print(json.dumps({"name": f"{name}.error", "error": repr(err)}), flush=True)
             failed += 1

@@ -1,0 +1,44 @@
+"""scripts/bench.py: stdout carries one JSON line per figure and nothing else, whatever a bench
+prints while it runs (the placement bench's fits print step lines; a child process writes to the
+inherited descriptor)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import wmrl.bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("bench_script", os.path.join(ROOT, "scripts", "bench.py"))
+bench_script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_script)
+
+NOISY = '''
+import os, subprocess, sys
+
+def run():
+    print("step 1 | return 0.5")                       # sys.stdout
+    os.write(1, b"raw descriptor line\\n")              # fd 1
+    subprocess.run([sys.executable, "-c", "print('child line')"], check=True)
+    return [{"name": "noisy.value", "value": 2.5, "unit": "s"}]
+'''
+
+
+def test_only_json_lines_reach_stdout(tmp_path, monkeypatch, capfd):
+    (tmp_path / "noisy.py").write_text(NOISY)
+    monkeypatch.setattr(wmrl.bench, "__path__", [*wmrl.bench.__path__, str(tmp_path)])
+    try:
+        assert bench_script.main(["noisy"]) == 0
+    finally:
+        sys.modules.pop("wmrl.bench.noisy", None)
+    out, err = capfd.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]  # every line is JSON
+    assert [f["name"] for f in lines] == ["noisy.value", "noisy.bench_wall_s"]
+    assert lines[0]["value"] == 2.5
+    for noise in ("step 1 | return 0.5", "raw descriptor line", "child line"):
+        assert noise in err and noise not in out
+    print("after")  # fd 1 is stdout again once the bench has run
+    assert capfd.readouterr().out == "after\n"
+    assert subprocess.run([sys.executable, "-c", "print(1)"]).returncode == 0
