@@ -1,5 +1,5 @@
 """``SimEvalCallback``: honest evaluation in the tabletop simulator during a fit
-(``wmrl.pipeline.evaluate.evaluate_policy``: success_once on fixed initial states). It runs in
+(``wmrl.eval.evaluate.evaluate_policy``: success_once on fixed initial states). It runs in
 the trainer process (rank 0) on the trainer's own policy.
 """
 
@@ -15,9 +15,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from wmrl.atomic import atomic_path
 from wmrl.config import to_container
+from wmrl.eval.evaluate import evaluate_policy, save_gif, save_success_plot
+from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_vs_real, side_by_side_video
 from wmrl.interfaces import PolicyTrainer
-from wmrl.pipeline.evaluate import evaluate_policy, save_gif, save_success_plot
-from wmrl.pipeline.side_by_side import WORLD_MODEL_ENV, imagined_vs_real, side_by_side_video
 from wmrl.sim.tabletop import TASK_NAMES
 
 
@@ -147,7 +147,7 @@ class SimEvalCallback(L.Callback):
     def _run_side_by_side(self, trainer: L.Trainer, pl_module: L.LightningModule,
                           step: int) -> None:
         """``side_by_side.scenes`` scenes in the world model beside the simulator, from the
-        same first frame (``wmrl.pipeline.side_by_side``): one GIF per scene (imagined |
+        same first frame (``wmrl.eval.side_by_side``): one GIF per scene (imagined |
         real) in ``<out_dir>/side_by_side/``, a row per scene in ``side_by_side.jsonl``, and
         with wandb the videos and a ``wandb.Table``."""
         sbs, kw = self.side_by_side, self.eval_kwargs

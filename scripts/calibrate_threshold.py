@@ -9,7 +9,7 @@ fit config's world-model env (``env``, ``reward``) from ``--states`` scenes of `
 (default 2: neither the training scenes, ``task.eval_seed`` 0, nor the unseen ones,
 ``task.unseen_eval_seed`` 1), and in the simulator on the same scenes. Prints, and writes to
 ``--out``, one JSON object: the simulator's success, the world model's success at each
-threshold (``wmrl.pipeline.threshold_calibration``) and the threshold whose imagined success is
+threshold (``wmrl.finetune.threshold_calibration``) and the threshold whose imagined success is
 closest to the simulator's.
 """
 
@@ -32,10 +32,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError, build, check_held_out_seed, to_container  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
-from wmrl.pipeline.evaluate import evaluate_policy  # noqa: E402
-from wmrl.pipeline.policy_checkpoint import load_policy  # noqa: E402
-from wmrl.pipeline.reward_evaluation import ranking_metrics  # noqa: E402
-from wmrl.pipeline.threshold_calibration import (  # noqa: E402
+from wmrl.eval.evaluate import evaluate_policy  # noqa: E402
+from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
+from wmrl.finetune.reward_evaluation import ranking_metrics  # noqa: E402
+from wmrl.finetune.threshold_calibration import (  # noqa: E402
     imagined_peaks,
     rate_matching_threshold,
     success_by_threshold,

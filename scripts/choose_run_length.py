@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.config import ConfigError  # noqa: E402
-from wmrl.pipeline.held_out import held_out_config, simulator_success  # noqa: E402
+from wmrl.eval.held_out import held_out_config, simulator_success  # noqa: E402
 from wmrl.stats import mean_se  # noqa: E402
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")

@@ -5,7 +5,7 @@
         collect.episodes_per_task=200 env.image_size=[32,32]
 
 Arguments are OmegaConf dot-list overrides of conf/sim/tabletop.yaml (``--config`` picks
-another file). The output format is documented in wmrl/pipeline/dataset.py.
+another file). The output format is documented in wmrl/sim/dataset.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from wmrl.pipeline.dataset import TrajectoryWriter  # noqa: E402
-from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes  # noqa: E402
+from wmrl.sim.dataset import TrajectoryWriter  # noqa: E402
+from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes  # noqa: E402
 from wmrl.sim.tabletop import STATE_DIM, TabletopVecEnv, task_by_name  # noqa: E402
 
 

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.config import ConfigError  # noqa: E402
-from wmrl.pipeline.evaluate import evaluate_eval_config, mixed_group_fraction, save_gif  # noqa: E402
+from wmrl.eval.evaluate import evaluate_eval_config, mixed_group_fraction, save_gif  # noqa: E402
 from wmrl.stats import wilson  # noqa: E402
 
 

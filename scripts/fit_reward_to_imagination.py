@@ -6,7 +6,7 @@
 Each episode of ``data_dir`` (scripts/collect.py datasets) is replayed open loop in the world
 model from its first frame; each imagined frame is labelled with the simulator's success label
 of the same step; a stratified ``holdout`` share of the episodes scores the reward before and
-after the fine-tune (wmrl/pipeline/reward_on_imagination.py). Output: ``OUT/model.safetensors``
+after the fine-tune (wmrl/finetune/reward_on_imagination.py). Output: ``OUT/model.safetensors``
 + ``OUT/config.json`` (the source checkpoint's architecture) + ``OUT/metrics.json``, each
 written atomically; ``reward.checkpoint=OUT`` loads it in a fit.
 """
@@ -25,14 +25,14 @@ if str(ROOT) not in sys.path:
 
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.atomic import write_text  # noqa: E402
-from wmrl.pipeline.dataset import TrajectoryDataset  # noqa: E402
-from wmrl.pipeline.reward_on_imagination import fit_reward_to_imagination  # noqa: E402
+from wmrl.finetune.reward_on_imagination import fit_reward_to_imagination  # noqa: E402
 from wmrl.rewards.resnet import (  # noqa: E402
     ResNetSuccessReward,
     TaskResNetSuccessReward,
     read_checkpoint,
     save_checkpoint,
 )
+from wmrl.sim.dataset import TrajectoryDataset  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
 
 REWARDS = {"resnet": ResNetSuccessReward, "resnet_task": TaskResNetSuccessReward}

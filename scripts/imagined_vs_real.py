@@ -5,7 +5,7 @@
 
 The fit config's policy (or a fit checkpoint's weights), world model and reward run
 ``--scenes`` scenes of the sim eval's set in the simulator and in the world model from the
-same first frame (``wmrl.pipeline.side_by_side``, what ``SimEvalCallback`` saves as GIFs at
+same first frame (``wmrl.eval.side_by_side``, what ``SimEvalCallback`` saves as GIFs at
 every eval). The PNG has two rows per scene, real above imagined, one frame per chunk, each
 row labelled with its verdict; with ``--gif``, ``FIG.gif`` beside it holds the videos
 (imagined | real, the scenes stacked).
@@ -28,9 +28,9 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import atomic_path  # noqa: E402
 from wmrl.config import ConfigError, to_container  # noqa: E402
-from wmrl.pipeline.evaluate import save_gif  # noqa: E402
-from wmrl.pipeline.policy_checkpoint import load_policy  # noqa: E402
-from wmrl.pipeline.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402
+from wmrl.eval.evaluate import save_gif  # noqa: E402
+from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
+from wmrl.eval.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402
 
 
 def figure(results, chunk: int, path: str, title: str) -> None:

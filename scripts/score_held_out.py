@@ -5,7 +5,7 @@
 
 ``eval_seed`` 2 is the scene set choices are made on (an arm becomes the default only if it
 wins there, paired by seed); the training and unseen sets, and a training pool's seed, are
-refused (``wmrl.pipeline.held_out``). Writes ``RUN/held_out.json`` (base and trained success,
+refused (``wmrl.eval.held_out``). Writes ``RUN/held_out.json`` (base and trained success,
 the scenes); a run already scored on the same scenes is not rescored unless ``--force``.
 Prints one line per run and one JSON line; a config error is one line and exit code 2.
 """
@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from wmrl.config import ConfigError  # noqa: E402
-from wmrl.pipeline.held_out import held_out_config, score_runs  # noqa: E402
+from wmrl.eval.held_out import held_out_config, score_runs  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ one JSON line with every figure:
   (``eval_seed`` 2, the set choices are made on), when ``scripts/score_held_out.py`` has
   written the run's ``held_out.json``;
 * ``real_episodes``: the simulator episodes a run trained on (``pace/summary.json``, written
-  by ``wmrl.pipeline.pace.Pace``; 0 for a run without PACE): its simulator budget, to set beside the
+  by ``wmrl.pace.round.Pace``; 0 for a run without PACE): its simulator budget, to set beside the
   oracle's (``experiment=sim_oracle``: every rollout is real).
 
 ``--against BASELINE_RUNS...`` compares two arms seed by seed: each run is paired with the
@@ -44,7 +44,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.pipeline.held_out import read_held_out  # noqa: E402
+from wmrl.eval.held_out import read_held_out  # noqa: E402
 from wmrl.run_logs import RunLogError, read_metric  # noqa: E402
 from wmrl.stats import mean_se, pearson, t_interval  # noqa: E402
 

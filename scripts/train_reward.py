@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wmrl.pipeline.reward_evaluation import binary_metrics  # noqa: E402
+from wmrl.finetune.reward_evaluation import binary_metrics  # noqa: E402
 from wmrl.rewards.resnet import build_classifier, save_checkpoint, training_input  # noqa: E402
 
 
@@ -71,19 +71,19 @@ def recalibrate_batchnorm(model: torch.nn.Module, batches: list) -> None:
 
 def load_trajectory_frames(cfg: dict) -> dict:
     """``data_format: trajectories``: frames + per-frame success labels from simulator
-    trajectory datasets (``data_dir``: one dir or a list; see wmrl/pipeline/reward_data.py)."""
-    from wmrl.pipeline.reward_data import reward_frames_from_trajectories
+    trajectory datasets (``data_dir``: one dir or a list; see wmrl/finetune/reward_data.py)."""
+    from wmrl.finetune.reward_data import reward_frames_from_trajectories
 
     t = dict(cfg.get("trajectories") or {})
     frames, labels, task_ids, tasks = reward_frames_from_trajectories(
         cfg["data_dir"], tasks=t.get("tasks"), negative_stride=int(t.get("negative_stride", 1)))
     if t.get("vae_from"):  # add VAE-reconstructed copies (the world model's look)
-        from wmrl.pipeline.reward_data import vae_roundtrip
+        from wmrl.finetune.reward_data import vae_roundtrip
 
         frames = np.concatenate([frames, vae_roundtrip(frames, t["vae_from"])])
         labels, task_ids = np.tile(labels, 2), np.tile(task_ids, 2)
     if t.get("imagined_from"):  # + the world model's open-loop replays, simulator-labelled
-        from wmrl.pipeline.reward_data import imagined_frames
+        from wmrl.finetune.reward_data import imagined_frames
 
         f2, l2, i2, names = imagined_frames(cfg["data_dir"], t["imagined_from"],
                                             tasks=t.get("tasks"),

@@ -3,7 +3,7 @@
     python scripts/train_world_model.py train_dirs=[DATA1,DATA2] val_dirs=[VAL] out_dir=OUT \
         [eval.reward_checkpoint=REWARD_DIR] [initial_states.out_dir=STATES_DIR]
 
-Stages (wmrl/pipeline/world_model_training.py): VAE fit (or reuse ``vae_from``) -> latent statistics ->
+Stages (wmrl/finetune/world_model.py): VAE fit (or reuse ``vae_from``) -> latent statistics ->
 cache clip latents -> transformer fit -> save_pretrained(OUT) -> metrics (VAE and
 next-chunk PSNR/SSIM vs the copy-last-frame baseline; with a reward checkpoint, open-loop
 replay of held-out episodes through WanWorldModelEnv: world-model vs simulator success)
@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wmrl.pipeline import world_model_training as T  # noqa: E402
+from wmrl.finetune import world_model as T  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
 
 

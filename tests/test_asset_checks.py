@@ -253,7 +253,7 @@ def test_accelerator_present(monkeypatch):
 
 def test_eval_refuses_a_damaged_policy_before_loading_it(tmp_path):
     """scripts/eval.py's loader checks the policy folder the same way the fit does."""
-    from wmrl.pipeline.policy_checkpoint import load_policy
+    from wmrl.eval.policy_checkpoint import load_policy
 
     pol = copy(tmp_path, "policy")
     truncate(pol / "model-00001-of-00001.safetensors")

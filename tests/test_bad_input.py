@@ -20,9 +20,10 @@ from wmrl.fit import build_datamodule
 # (overrides, what the one-line message must say)
 BAD = [
     (["algorithm.aggregation=mean"],
-     r"algorithm.aggregation: Invalid value 'mean', expected one of \[traj-mean, token-mean, "
-     r"seq-mean-token-sum\]"),
-    (["algorithm.advantage_scale=std"], r"algorithm.advantage_scale: .*'std'.*\[group, none\]"),
+     r"algorithm.aggregation='mean' is not allowed: one of \['traj-mean', 'token-mean', "
+     r"'seq-mean-token-sum'\]"),
+    (["algorithm.advantage_scale=std"], r"algorithm.advantage_scale='std'.*\['group', 'none'\]"),
+    (["algorithm.adv_estimator=ppo"], r"algorithm.adv_estimator='ppo'.*\['grpo', 'rloo'\]"),
     (["rollout.temperature=0"], r"rollout.temperature=0.0 is not allowed: must be > 0"),
     (["rollout.num_envs=8.5"], r"rollout.num_envs: Value '8.5' .* could not be converted to Int"),
     (["rollout.num_envs=-8"], r"rollout.num_envs=-8 is not allowed: must be > 0"),

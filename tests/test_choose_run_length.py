@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from wmrl.config import ConfigError
-from wmrl.pipeline.policy_checkpoint import load_policy
+from wmrl.eval.policy_checkpoint import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],

@@ -150,7 +150,7 @@ def test_hybrid_needs_stages():
 
 
 @pytest.mark.parametrize("group, schema, ctor", [
-    ("algorithm/grpo", "AlgorithmSchema", "wmrl.module.GRPOModule"),
+    ("algorithm/grpo", "AlgorithmSchema", None),  # GRPOModule takes one AlgorithmConfig
     ("rollout/default", "RolloutSchema", "wmrl.rollout.datamodule.RolloutDataModule"),
     ("task/red_of_two", "TaskSchema", None)])
 def test_group_files_hold_the_schemas_defaults(group, schema, ctor):
@@ -249,7 +249,7 @@ def test_pace_file_holds_the_schemas_defaults():
     takes its defaults from the schema."""
     import inspect
 
-    from wmrl.pipeline.pace import Pace
+    from wmrl.pace.round import Pace
     from wmrl.schema import PaceSchema, WorldModelDtype, defaults
     from wmrl.world_model.action_wan import _DTYPES
 

@@ -71,7 +71,7 @@ def test_two_rank_sharded_grpo_resumes_and_evaluates_its_folders(tmp_path, ray_l
 
     meta = read_checkpoint_meta(str(ckpts / "last.ckpt"))
     assert meta["global_step"] == 3 and meta[CONFIG_KEY]["strategy"]["shard_size"] == "world"
-    from wmrl.pipeline.policy_checkpoint import policy_state_from_ckpt  # eval's reader
+    from wmrl.eval.policy_checkpoint import policy_state_from_ckpt  # eval's reader
 
     policy = policy_state_from_ckpt(str(ckpts / "last.ckpt"))  # full tensors, one process
     assert float(policy["bias"].sum()) == pytest.approx(ranks[0]["bias_sum"], abs=0)

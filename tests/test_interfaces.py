@@ -9,7 +9,8 @@ from wmrl.rollout.datamodule import RolloutDataModule
 
 
 def test_module_and_datamodule_are_what_the_callbacks_expect():
-    module = GRPOModule(policy={"_target_": "toys.LinearBinPolicy"}, group_size=2)
+    module = GRPOModule(policy={"_target_": "toys.LinearBinPolicy"}, group_size=2,
+                        temperature=1.0)
     assert isinstance(module, PolicyTrainer) and module.last_metrics == {}
     module.history.append({"rollout/success": 0.5})
     assert module.last_metrics == {"rollout/success": 0.5}

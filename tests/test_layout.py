@@ -1,6 +1,6 @@
-"""The floor plan, checked statically: the runtime never imports the asset pipeline,
-``strategies`` imports only torch + lightning (+ stdlib), and no project import hides inside
-a function (the way cycles get dodged)."""
+"""The floor plan, checked statically: every import goes down a floor (``FLOORS``: no circles,
+the runtime never imports the offline pipeline), ``strategies`` imports only torch + lightning
+(+ stdlib), and no project import hides inside a function (the way cycles get dodged)."""
 
 import ast
 import pathlib
@@ -25,13 +25,52 @@ def files(package: str, skip: tuple[str, ...] = ()):
             if not any(part in skip for part in p.relative_to(ROOT).parts)]
 
 
-def test_runtime_never_imports_the_pipeline_or_callbacks():
-    runtime = files("wmrl", skip=("pipeline", "bench"))
-    assert len(runtime) > 20
-    # wmrl/fit.py assembles the trainer: the one runtime module that wires callbacks in
-    bad = [(str(p.relative_to(ROOT)), m) for p in runtime for m, _ in imports(p)
-           if m.startswith("wmrl.pipeline")
-           or (m.startswith("callbacks") and p.name != "fit.py")]
+# The floors of the house: a module imports only from floors below its own (so no circles,
+# and nothing runs back up). A node is a package of wmrl or one of its top-level modules.
+FLOORS = {
+    "wmrl": 0, "errors": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0,
+    "tracing": 1, "run_logs": 1, "sim": 1, "world_model": 1, "algorithms": 1,
+    "schema": 2,
+    "policies": 3, "rewards": 3,
+    "envs": 4,
+    "asset_checks": 5,
+    "config": 6,
+    "finetune": 7, "rollout": 7,
+    "eval": 8, "pace": 8, "plan": 8, "module": 8,
+    "fit": 9,  # assembles the trainer: the one runtime module that wires callbacks in
+    "pipeline": 10,  # offline: importers, behaviour cloning, export (scripts/ run it)
+    "bench": 11,  # scripts/bench.py's figures
+}
+
+
+def node(path: pathlib.Path) -> str:
+    """The floor-plan node of a file under wmrl/: its package, or its module's name."""
+    rel = path.relative_to(ROOT / "wmrl").parts
+    return rel[0].removesuffix(".py") if len(rel) == 1 else rel[0]
+
+
+def test_every_import_goes_down_a_floor():
+    runtime = files("wmrl")
+    nodes = {node(p) for p in runtime} - {"__init__"}
+    assert nodes == set(FLOORS) - {"wmrl"}, nodes ^ (set(FLOORS) - {"wmrl"})  # each on a floor
+    bad = []
+    for p in runtime:
+        src = node(p)
+        for m, _ in imports(p):
+            parts = m.split(".")
+            if parts[0] == "callbacks" and src not in ("fit", "bench"):
+                bad.append((str(p.relative_to(ROOT)), m, "callbacks"))
+            if parts[0] != "wmrl" or len(parts) == 1:
+                continue
+            dst = parts[1]
+            if dst != src and FLOORS[dst] >= FLOORS.get(src, 0):
+                bad.append((str(p.relative_to(ROOT)), m, f"up to floor {FLOORS[dst]}"))
+    assert bad == []
+
+
+def test_callbacks_never_import_the_offline_pipeline():
+    bad = [(str(p.relative_to(ROOT)), m) for p in files("callbacks") for m, _ in imports(p)
+           if m.startswith(("wmrl.pipeline", "wmrl.bench"))]
     assert bad == []
 
 

@@ -30,9 +30,11 @@ def hand_batch(version: int = 0) -> TrajectoryBatch:
 
 
 def make_module(policy=None, **kw) -> GRPOModule:
-    args = dict(group_size=2, temperature=1.0, lr=0.1, eps=1e-8, weight_decay=0.0,
-                grad_clip=1.0, global_batch=8, micro_batch=2)
-    return GRPOModule(policy=policy or {"_target_": "toys.LinearBinPolicy"}, **{**args, **kw})
+    """group size 2 at T = 1; the other keyword arguments are AlgorithmConfig's."""
+    args = dict(lr=0.1, eps=1e-8, weight_decay=0.0, grad_clip=1.0, global_batch=8,
+                micro_batch=2)
+    return GRPOModule(policy=policy or {"_target_": "toys.LinearBinPolicy"}, group_size=2,
+                      temperature=1.0, algorithm={**args, **kw})
 
 
 def fit(module, batches, tmp_path, callbacks=()):
@@ -155,16 +157,6 @@ def test_nonfinite_steps_in_a_row_stop_the_run_naming_the_tensor(tmp_path):
     with pytest.raises(RuntimeError, match="global step 1, policy version 0: non-finite loss, "
                                            "grad norm\\)"):
         fit(make_module(max_nonfinite_steps=1), [bad], tmp_path)
-
-
-def test_resample_metrics_hand_checked():
-    from wmrl.module import resample_metrics
-
-    m = resample_metrics(torch.tensor([1, 1, 0, 0, 1]), torch.tensor([1, 0, 0, 1, 1]))
-    # agree on 3 of 5; 1 of the 3 imagined successes is not repeated; 3 of 5 resampled wins
-    assert m == pytest.approx({"wm/resample_agreement": 0.6, "wm/fragile_success": 1 / 3,
-                               "wm/resample_success": 0.6})
-    assert resample_metrics(torch.zeros(3), torch.ones(3))["wm/fragile_success"] == 0.0
 
 
 # ---- learning-rate schedule ------------------------------------------------------------

@@ -6,6 +6,7 @@ import logging
 import warnings
 
 import lightning as L
+from hydra.utils import get_class
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
@@ -14,6 +15,7 @@ from callbacks.preemption import PREEMPTED_EXIT_CODE
 from callbacks.progress import StepProgressBar
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
+from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.config import build, check_paths, resolve_ckpt_path, to_container, validate
 from wmrl.envs.train_pool import start_from_pool
 from wmrl.module import GRPOModule
@@ -43,12 +45,15 @@ def log_lines_once() -> None:
 
 
 def build_module(cfg: DictConfig) -> GRPOModule:
-    """``algorithm`` (its ``_target_``: ``wmrl.module.GRPOModule``) with the policy, the
-    rollout's group and temperature, and PACE (``pace``, when chosen)."""
+    """The module ``algorithm._target_`` names (``wmrl.module.GRPOModule``) with the policy,
+    the rollout's group and temperature, the algorithm's settings as one
+    ``AlgorithmConfig``, and PACE (``pace``, when chosen)."""
     pace = None if cfg.get("pace") is None else to_container(cfg.pace)
-    return build(cfg.algorithm, _recursive_=False, policy=to_container(cfg.policy),
-                 group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
-                 seed=cfg.seed, pace=pace)
+    settings = AlgorithmConfig.of(to_container(cfg.algorithm))
+    module = get_class(cfg.algorithm._target_)
+    return module(policy=to_container(cfg.policy), group_size=cfg.rollout.group_size,
+                  temperature=cfg.rollout.temperature, algorithm=settings, seed=cfg.seed,
+                  pace=pace)
 
 
 def build_datamodule(cfg: DictConfig) -> RolloutDataModule:

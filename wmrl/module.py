@@ -10,7 +10,7 @@
    weights and optimizer state leave it meanwhile (``strategies.offload``);
 2. advantages + update (``update``), below;
 3. sync: version v+1 to the actors (``datamodule.sync_weights``);
-4. PACE (``pace``, off unless configured: ``wmrl.pipeline.pace.Pace``): after every
+4. PACE (``pace``, off unless configured: ``wmrl.pace.round.Pace``): after every
    ``pace.every_n_steps``-th step the world model fine-tunes on real simulator episodes of
    the policy v+1 and goes to the env actors, so the next rollout runs in it; the simulator
    budget (``pace/*``) is logged every step. Its state is in the checkpoint (``"pace"``).
@@ -63,6 +63,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -74,55 +75,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from strategies import full_state_dict
 from strategies.offload import offload, onload
 from wmrl.algorithms import grpo
+from wmrl.algorithms import update as stages
+from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.config import build
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
-from wmrl.schema import AlgorithmSchema, RolloutSchema, defaults
 from wmrl.tracing import Tracer
 
-
-def resample_counts(success: torch.Tensor, resampled: torch.Tensor
-                    ) -> dict[str, tuple[float, float]]:
-    """The world model's second opinion on a batch (``env.resample_check``), no simulator,
-    as (numerator, denominator) so that ranks add up:
-
-    * ``wm/resample_agreement`` = mean 1[success_i == resampled_i];
-    * ``wm/fragile_success`` = P(resampled fails | imagined success): the share of the
-      policy's imagined wins that the same last chunk, imagined again from other noise, does
-      not repeat (0 when nothing succeeded);
-    * ``wm/resample_success`` = mean resampled_i.
-    """
-    success, resampled = success.bool(), resampled.bool()
-    n = float(len(success))
-    return {
-        "wm/resample_agreement": (float((success == resampled).sum()), n),
-        "wm/fragile_success": (float((success & ~resampled).sum()), float(success.sum())),
-        "wm/resample_success": (float(resampled.sum()), n),
-    }
-
-
-def ratios(counts: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """numerator / denominator per metric (0 for an empty denominator)."""
-    return {k: num / den if den else 0.0 for k, (num, den) in counts.items()}
-
-
-def resample_metrics(success: torch.Tensor, resampled: torch.Tensor) -> dict[str, float]:
-    """``resample_counts`` of one batch, as ratios."""
-    return ratios(resample_counts(success, resampled))
-
-
-def pace_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The PACE state in ``checkpoint``: ``"pace"``, or in a checkpoint written when PACE was
-    a Lightning callback, its callback state (``checkpoint["callbacks"]["PaceCallback"]``);
-    None if it holds neither."""
-    if checkpoint.get("pace") is not None:
-        return checkpoint["pace"]
-    return next((v for k, v in (checkpoint.get("callbacks") or {}).items()
-                 if str(k).startswith("PaceCallback")), None)
-
-
-# the defaults are the typed schema's (wmrl/schema.py): one source, no second literal
-_ALGORITHM, _ROLLOUT = defaults(AlgorithmSchema), defaults(RolloutSchema)
 _REFERENCE = "reference_policy."
 
 
@@ -138,71 +97,30 @@ def _allow_missing_reference_keys(module: Any, incompatible: Any) -> None:
 
 
 class GRPOModule(L.LightningModule):
-    def __init__(
-        self,
-        policy: Any,
-        group_size: int = _ROLLOUT["group_size"],
-        temperature: float = _ROLLOUT["temperature"],
-        lr: float = _ALGORITHM["lr"],
-        lr_schedule: str = _ALGORITHM["lr_schedule"],
-        lr_warmup_steps: int = _ALGORITHM["lr_warmup_steps"],
-        lr_min_ratio: float = _ALGORITHM["lr_min_ratio"],
-        lr_schedule_steps: int | None = _ALGORITHM["lr_schedule_steps"],
-        betas: tuple[float, float] = _ALGORITHM["betas"],
-        eps: float = _ALGORITHM["eps"],
-        weight_decay: float = _ALGORITHM["weight_decay"],
-        grad_clip: float | None = _ALGORITHM["grad_clip"],
-        clip_low: float = _ALGORITHM["clip_low"],
-        clip_high: float = _ALGORITHM["clip_high"],
-        dual_clip: float | None = _ALGORITHM["dual_clip"],
-        aggregation: str = _ALGORITHM["aggregation"],
-        advantage_scale: str = _ALGORITHM["advantage_scale"],
-        filter_groups: bool = _ALGORITHM["filter_groups"],
-        return_filter: tuple[float, float] | None = _ALGORITHM["return_filter"],
-        global_batch: int = _ALGORITHM["global_batch"],
-        micro_batch: int = _ALGORITHM["micro_batch"],
-        update_epochs: int = _ALGORITHM["update_epochs"],
-        gradient_accumulation: bool = _ALGORITHM["gradient_accumulation"],
-        seed: int = 0,
-        max_nonfinite_steps: int = _ALGORITHM["max_nonfinite_steps"],
-        kl_coef: float = _ALGORITHM["kl_coef"],
-        drop_unrepeatable: bool = _ALGORITHM["drop_unrepeatable"],
-        pace: dict | None = None,
-    ):
+    def __init__(self, policy: Any, *, group_size: int, temperature: float,
+                 algorithm: AlgorithmConfig | dict | None = None, seed: int = 0,
+                 pace: dict | None = None):
+        """``policy``: its ``_target_`` spec; ``group_size`` / ``temperature``: the rollout's
+        (``rollout.*``); ``algorithm``: every setting of the update (``AlgorithmConfig``, or
+        a mapping of its fields; None: the defaults); ``pace``: PACE's spec (None: off)."""
         super().__init__()
-        # the constructor's arguments (plain config data) go into every checkpoint, so
-        # GRPOModule.load_from_checkpoint(path) rebuilds the module (the policy from its spec)
-        self.save_hyperparameters(logger=False)
+        self.algorithm = cfg = AlgorithmConfig.of(algorithm)
+        # plain config data, in every checkpoint: GRPOModule.load_from_checkpoint(path)
+        # rebuilds the module (the policy from its spec)
+        self.save_hyperparameters(dict(policy=policy, group_size=group_size,
+                                       temperature=temperature, algorithm=asdict(cfg),
+                                       seed=seed, pace=pace), logger=False)
         self.policy = build(policy)
         # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
         self.pace = None if pace is None else build(pace, _recursive_=False)
-        if not kl_coef >= 0:
-            raise ValueError(f"algorithm.kl_coef must be >= 0 (0: no KL penalty); got {kl_coef}")
-        self.kl_coef = kl_coef
         self.reference_policy = None
-        if kl_coef > 0:
+        if cfg.kl_coef > 0:
             self.reference_policy = copy.deepcopy(self.policy).requires_grad_(False).eval()
             self.register_state_dict_post_hook(_drop_reference_keys)
             self.register_load_state_dict_post_hook(_allow_missing_reference_keys)
         self.group_size = group_size
         self.temperature = temperature
-        self.optim_args = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        self.lr_schedule = dict(schedule=lr_schedule, warmup_steps=lr_warmup_steps,
-                                min_ratio=lr_min_ratio)
-        self.lr_schedule_steps = lr_schedule_steps
-        self.grad_clip = grad_clip
-        self.loss_args = dict(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
-        self.aggregation = aggregation
-        self.advantage_scale = advantage_scale
-        self.filter_groups = filter_groups
-        self.drop_unrepeatable = drop_unrepeatable
-        self.return_filter = None if return_filter is None else tuple(return_filter)
-        self.global_batch = global_batch
-        self.micro_batch = micro_batch
-        self.update_epochs = update_epochs
-        self.gradient_accumulation = gradient_accumulation
         self.shuffle = torch.Generator().manual_seed(seed)
-        self.max_nonfinite_steps = max_nonfinite_steps
         self.nonfinite_run = 0  # skipped optimizer steps in a row, across training steps
         self.policy_version = 0  # bumped after each batch's updates; rollouts must match it
         self.automatic_optimization = False
@@ -224,16 +142,18 @@ class GRPOModule(L.LightningModule):
                                "rank 0 - use a replicated strategy or switch pace off")
 
     def configure_optimizers(self) -> dict[str, Any]:
-        opt = torch.optim.AdamW(self.policy.parameters(), **self.optim_args)
-        total = self.lr_schedule_steps
+        a = self.algorithm
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=a.lr, betas=tuple(a.betas),
+                                eps=a.eps, weight_decay=a.weight_decay)
+        total = a.lr_schedule_steps
         if total is None:  # the run's training steps
             total = self.trainer.max_steps
-        if self.lr_schedule["schedule"] != "constant" and total < 1:
+        if a.lr_schedule != "constant" and total < 1:
             raise ValueError(
-                f"algorithm.lr_schedule={self.lr_schedule['schedule']} needs the run's length: "
+                f"algorithm.lr_schedule={a.lr_schedule} needs the run's length: "
                 f"set trainer.max_steps or algorithm.lr_schedule_steps (got {total})")
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: lr_multiplier(step, total, **self.lr_schedule))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_multiplier(
+            step, total, a.lr_schedule, a.lr_warmup_steps, a.lr_min_ratio))
         # stepped by hand after every training step (manual optimization); Lightning saves
         # and restores its state with the checkpoint, so a resumed run keeps its place
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -332,7 +252,7 @@ class GRPOModule(L.LightningModule):
                     self.policy, self.rollouts, step, device=self.device,
                     rank0=trainer.is_global_zero, broadcast=broadcast,
                     policy_weights=self._weights_for_restarted_actor)
-        return {**self.pace.counts(), **metrics}
+        return {**self.pace.ledger.counts(), **metrics}
 
     def _policy_sharded(self) -> bool:
         return self.trainer.world_size > 1 and any(hasattr(p, "full_tensor")
@@ -375,56 +295,33 @@ class GRPOModule(L.LightningModule):
         return [m["rollout/success"] for m in self.history]
 
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
-        """All optimizer steps for one rollout batch; returns step metrics (floats)."""
+        """All optimizer steps for one rollout batch; returns step metrics (floats). The
+        stages are ``wmrl.algorithms.update``'s; what crosses ranks is done here."""
+        a = self.algorithm
         n, k, per_chunk = batch.tokens.shape
-        returns, step_mask = grpo.trajectory_returns(batch.rewards.float(), batch.dones)
-        chunk_mask = step_mask.view(n, k, -1)[:, :, 0]  # a chunk is valid if its 1st step is
-        valid = None  # episodes the world model repeats (all, unless drop_unrepeatable)
-        if self.drop_unrepeatable:
-            if batch.resample_success is None:
-                raise ValueError("algorithm.drop_unrepeatable=true needs the env's second "
-                                 "verdict on each episode: set env.resample_check=true")
-            valid = ~grpo.unrepeatable_episodes(batch.success, batch.resample_success)
-        advantages = grpo.group_advantages(returns, self.group_size, scale=self.advantage_scale,
-                                           valid=valid)
-        success = batch.success.float()
-        keep = (grpo.informative_groups(success, self.group_size, valid) if self.filter_groups
-                else torch.ones(n, dtype=torch.bool))
-        if self.return_filter is not None:
-            keep &= grpo.return_filtered_groups(returns, self.group_size, *self.return_filter)
-        if valid is not None:
-            keep &= valid
-        opt = self.optimizers()
+        scored = stages.score_episodes(
+            batch.rewards, batch.dones, batch.success, k, self.group_size, a.adv_estimator,
+            a.advantage_scale, a.filter_groups,
+            None if a.return_filter is None else tuple(a.return_filter),
+            a.drop_unrepeatable, batch.resample_success)
         # the batch's figures over the union of the ranks' episodes (one all-reduce of sums)
-        n_ep = float(n)
-        counts = {"rollout/return": (float(returns.sum()), n_ep),
-                  "rollout/success": (float(success.sum()), n_ep),
-                  "rollout/episode_len": (float(step_mask.sum()), n_ep),
-                  "rollout/kept_groups": (float(keep.sum()), n_ep),
-                  "rollout/zero_var_groups": (float((~keep).sum()), n_ep)}
-        if batch.resample_success is not None:
-            counts.update(resample_counts(batch.success, batch.resample_success))
-        if valid is not None:
-            counts["rollout/dropped_unrepeatable"] = (float((~valid).sum()), n_ep)
+        counts = stages.rollout_counts(scored, batch.success, batch.resample_success)
+        opt = self.optimizers()
         metrics = {"train/lr": getattr(opt, "optimizer", opt).param_groups[0]["lr"],  # this batch's
-                   **ratios(self._sum_counts_over_ranks(counts))}
-        rows = keep.nonzero().squeeze(1)
-        token_mask = chunk_mask[rows].repeat_interleave(per_chunk, dim=1)  # [n', K*L]
+                   **stages.ratios(self._sum_counts_over_ranks(counts))}
+        rows, token_mask = stages.kept_tokens(scored, per_chunk)  # [n'], [n', K*L]
         world = self.trainer.world_size
         if world == 1:
-            weights = grpo.aggregation_weights(token_mask, self.aggregation)
+            weights = grpo.aggregation_weights(token_mask, a.aggregation)
         else:
             # the union's normalisers, and x world size against the strategy's gradient mean:
             # sum_r (rank r's gradient) / R = the gradient of one rank on the union batch
             n_rows, n_tokens = self._sum_over_ranks([len(rows), int(token_mask.sum())])
-            weights = grpo.aggregation_weights(token_mask, self.aggregation,
+            weights = grpo.aggregation_weights(token_mask, a.aggregation,
                                                rows=n_rows, tokens=n_tokens) * world
-        weights = weights.view(-1, k, per_chunk)
-        traj, chunk = chunk_mask[rows].nonzero(as_tuple=True)  # the valid samples
-        src, adv, w = rows[traj], advantages[rows][traj], weights[traj, chunk]
-        # every rank must run the same micro-batches (FSDP collectives): pad to the largest
-        # rank's sample count with zero-weight copies of sample 0 of the batch
-        target = self._max_over_ranks(len(src))
+        samples = stages.flatten_samples(scored, rows, weights.view(-1, k, per_chunk))
+        # every rank must run the same micro-batches (FSDP collectives)
+        target = self._max_over_ranks(len(samples))
         if target == 0:
             # nothing to learn anywhere. Still take one (empty) optimizer step so Lightning's
             # step count - and trainer.max_steps - follows rollout batches; AdamW skips
@@ -433,21 +330,16 @@ class GRPOModule(L.LightningModule):
             self._step(self.optimizers(), counted=True)
             self._step_lr_schedule()
             return metrics
-        pad = target - len(src)
-        if pad:
-            src = torch.cat([src, src.new_zeros(pad)])
-            chunk = torch.cat([chunk, chunk.new_zeros(pad)])
-            adv = torch.cat([adv, adv.new_zeros(pad)])
-            w = torch.cat([w, w.new_zeros(pad, per_chunk)])
-        samples = {
+        s = stages.pad_samples(samples, target)
+        src, chunk = s.episode, s.chunk
+        metrics.update(self._optimize({
             "image": batch.image[src, chunk],
             "task": [batch.task[i] for i in src.tolist()],
             "tokens": batch.tokens[src, chunk],
             "old_logprobs": batch.logprobs[src, chunk].float(),
-            "advantages": adv,
-            "weights": w,
-        }
-        metrics.update(self._optimize(samples))
+            "advantages": s.advantages,
+            "weights": s.weights,
+        }))
         return metrics
 
     def _max_over_ranks(self, n: int) -> int:
@@ -472,20 +364,21 @@ class GRPOModule(L.LightningModule):
     def _optimize(self, s: dict[str, Any]) -> dict[str, float]:
         opt = self.optimizers()
         total = s["tokens"].shape[0]
-        step = self.global_batch if self.gradient_accumulation else self.micro_batch
+        a = self.algorithm
+        step = a.global_batch if a.gradient_accumulation else a.micro_batch
         # metrics stay on the device until the end of the update: one host sync, not one
         # per metric per micro-batch
         zero = torch.zeros((), device=self.device)
         token_sums: dict[str, torch.Tensor] = {}  # summed over valid tokens
         valid, loss_sum, norm_sum, ratio_max, steps, skipped = zero, zero, zero, zero, 0, 0
-        for _ in range(self.update_epochs):
+        for _ in range(a.update_epochs):
             order = torch.randperm(total, generator=self.shuffle)
             for mb in torch.tensor_split(order, max(1, math.ceil(total / step))):
                 scale = total / len(mb)  # mini-batch loss estimates the full-batch loss
                 # this step's sums, kept only if it is taken; flags: non-finite log-probs, loss
                 part: dict[str, torch.Tensor] = {"valid": zero, "loss": zero, "ratio_max": zero}
                 bad = torch.zeros(2, dtype=torch.bool, device=self.device)
-                for micro in torch.split(mb, self.micro_batch):
+                for micro in torch.split(mb, a.micro_batch):
                     with Tracer.trace_span("trainer.micro_batch", size=len(micro)):
                         loss, m, n_valid, logprobs_ok = self._micro_loss(s, micro, scale)
                         self.manual_backward(loss)
@@ -542,8 +435,9 @@ class GRPOModule(L.LightningModule):
         mask = weights > 0  # padding samples (see update) count in neither loss nor metrics
         loss, m = grpo.policy_loss(
             logprobs.float(), s["old_logprobs"][idx].to(dev), s["advantages"][idx].to(dev),
-            mask, weights=weights * scale, ref_logprobs=ref_logprobs, kl_coef=self.kl_coef,
-            **self.loss_args,
+            mask, weights=weights * scale, ref_logprobs=ref_logprobs,
+            kl_coef=self.algorithm.kl_coef, clip_low=self.algorithm.clip_low,
+            clip_high=self.algorithm.clip_high, dual_clip=self.algorithm.dual_clip,
         )
         n_valid = mask.sum().float()
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
@@ -563,7 +457,8 @@ class GRPOModule(L.LightningModule):
         touching weights or state, so Lightning's step count still follows the steps. One
         host sync per step decides it; ``max_nonfinite_steps`` skips in a row raise."""
         params = [p for p in self.policy.parameters() if p.grad is not None]
-        max_norm = float("inf") if self.grad_clip is None else self.grad_clip
+        clip = self.algorithm.grad_clip
+        max_norm = float("inf") if clip is None else clip
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if params else None
         if norm is None:
             norm = torch.zeros((), device=self.device)
@@ -582,7 +477,7 @@ class GRPOModule(L.LightningModule):
         opt.zero_grad(set_to_none=True)
         self._step(opt, counted)  # no gradients: a no-op, counted as a taken step is
         self.nonfinite_run += 1
-        if self.nonfinite_run >= self.max_nonfinite_steps:
+        if self.nonfinite_run >= self.algorithm.max_nonfinite_steps:
             what = ", ".join(n for n, f in zip(("log-probs", "loss", "grad norm"), flags) if f)
             raise RuntimeError(
                 f"{self.nonfinite_run} optimizer steps in a row were non-finite (last one, at "
@@ -602,6 +497,5 @@ class GRPOModule(L.LightningModule):
         self.policy_version = int(checkpoint["policy_version"])
         self.shuffle.set_state(checkpoint["shuffle_rng"])
         if self.pace is not None:
-            state = pace_state(checkpoint)
-            if state is not None:
-                self.pace.load_state_dict(state)
+            if checkpoint.get("pace") is not None:
+                self.pace.load_state_dict(checkpoint["pace"])

@@ -27,7 +27,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from wmrl.errors import ConfigError
+from wmrl.algorithms.config import AlgorithmConfig
+from wmrl.errors import ConfigError, require, require_positive
 from wmrl.sim import tabletop
 
 
@@ -39,23 +40,6 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 Placement = _choices("Placement", ("collocated", "disaggregated", "hybrid"))
 RolloutDevice = _choices("RolloutDevice", ("auto", "cpu", "cuda", "npu", "musa", "xpu"))
 Transport = _choices("Transport", ("cpu", "gloo", "device"))
-Aggregation = _choices("Aggregation", ("traj-mean", "token-mean", "seq-mean-token-sum"))
-AdvantageScale = _choices("AdvantageScale", ("group", "none"))
-LRSchedule = _choices("LRSchedule", ("constant", "cosine"))
-
-
-def _require(key: str, value: Any, ok: bool, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
-
-
-def _positive(prefix: str, obj: Any, *names: str, allow_zero: bool = False) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is None:
-            continue
-        ok = value >= 0 if allow_zero else value > 0
-        _require(f"{prefix}.{name}", value, ok, "must be >= 0" if allow_zero else "must be > 0")
 
 
 @dataclass
@@ -67,7 +51,7 @@ class WeightSyncSchema:
     max_delta_fraction: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive("rollout.weight_sync", self, "bucket_mb", "max_delta_fraction")
+        require_positive("rollout.weight_sync", self, "bucket_mb", "max_delta_fraction")
 
 
 @dataclass
@@ -98,60 +82,21 @@ class RolloutSchema:
     weight_sync: WeightSyncSchema = field(default_factory=WeightSyncSchema)
 
     def __post_init__(self) -> None:
-        _positive("rollout", self, "num_envs", "rollout_epochs", "max_episode_steps", "chunk",
+        require_positive("rollout", self, "num_envs", "rollout_epochs", "max_episode_steps", "chunk",
                   "temperature", "pipeline_stages", "num_env_workers", "num_rollout_workers",
                   "worker_threads", "ray_num_cpus", "actor_start_timeout_s", "step_timeout_s")
-        _positive("rollout", self, "worker_cpus", "max_actor_restarts", allow_zero=True)
-        _require("rollout.group_size", self.group_size, self.group_size >= 2,
+        require_positive("rollout", self, "worker_cpus", "max_actor_restarts", allow_zero=True)
+        require("rollout.group_size", self.group_size, self.group_size >= 2,
                  "GRPO needs a group of >= 2 rollouts per initial state (with 1 every "
                  "advantage is zero and nothing is learned)")
 
 
 @dataclass
-class AlgorithmSchema:
-    _target_: str = "wmrl.module.GRPOModule"
-    lr: float = 2e-5
-    lr_schedule: LRSchedule = LRSchedule["constant"]
-    lr_warmup_steps: int = 0
-    lr_min_ratio: float = 0.0
-    lr_schedule_steps: Optional[int] = None
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-5
-    weight_decay: float = 0.01
-    grad_clip: Optional[float] = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: Optional[float] = None
-    aggregation: Aggregation = Aggregation["traj-mean"]
-    advantage_scale: AdvantageScale = AdvantageScale["group"]
-    filter_groups: bool = True
-    return_filter: Optional[List[float]] = None
-    global_batch: int = 256
-    micro_batch: int = 32
-    update_epochs: int = 1
-    gradient_accumulation: bool = True
-    max_nonfinite_steps: int = 3
-    kl_coef: float = 0.0
-    drop_unrepeatable: bool = False
+class AlgorithmSchema(AlgorithmConfig):
+    """``algorithm``: the module that runs the update (``_target_``) and its settings,
+    ``wmrl.algorithms.config.AlgorithmConfig`` (defaults, choices and ranges are there)."""
 
-    def __post_init__(self) -> None:
-        _positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch", "micro_batch",
-                  "update_epochs", "max_nonfinite_steps")
-        _positive("algorithm", self, "weight_decay", "clip_low", "clip_high", "lr_warmup_steps",
-                  "kl_coef", allow_zero=True)
-        _positive("algorithm", self, "lr_schedule_steps")
-        _require("algorithm.lr_min_ratio", self.lr_min_ratio, 0 <= self.lr_min_ratio <= 1,
-                 "must be in [0, 1] (the cosine schedule's last lr as a fraction of lr)")
-        for i, b in enumerate(self.betas):
-            _require(f"algorithm.betas[{i}]", b, 0 <= b < 1, "must be in [0, 1)")
-        if self.return_filter is not None:
-            f = list(self.return_filter)
-            _require("algorithm.return_filter", f, len(f) == 2 and f[0] <= f[1],
-                     "must be [low, high] with low <= high (keep groups whose mean return lies "
-                     "in it; RLinf: [0.5, 4.5]) or null")
-        if self.dual_clip is not None:
-            _require("algorithm.dual_clip", self.dual_clip, self.dual_clip > 1,
-                     "must be > 1 (the dual-clip bound c of min(max(rA, clip(r)A), cA)) or null")
+    _target_: str = "wmrl.module.GRPOModule"
 
 
 @dataclass
@@ -160,8 +105,8 @@ class CheckpointSchema:
     keep_last: int = 3
 
     def __post_init__(self) -> None:
-        _positive("checkpoint", self, "every_n_steps")
-        _require("checkpoint.keep_last", self.keep_last, self.keep_last >= -1,
+        require_positive("checkpoint", self, "every_n_steps")
+        require("checkpoint.keep_last", self.keep_last, self.keep_last >= -1,
                  "the number of step checkpoints kept beside last.ckpt (0: none, -1: all)")
 
 
@@ -187,9 +132,9 @@ class WanEnvSchema:
     resample_return: Optional[ResampleReturn] = None
 
     def __post_init__(self) -> None:
-        _positive("env", self, "condition_frames", "num_inference_steps", "reward_coef")
-        _positive("env", self, "max_regenerations", allow_zero=True)
-        _require("env.success_threshold", self.success_threshold,
+        require_positive("env", self, "condition_frames", "num_inference_steps", "reward_coef")
+        require_positive("env", self, "max_regenerations", allow_zero=True)
+        require("env.success_threshold", self.success_threshold,
                  0 <= self.success_threshold <= 1,
                  "must be in [0, 1] (an episode succeeds when the reward's per-frame success "
                  "score reaches it)")
@@ -223,19 +168,19 @@ class TaskSchema:
     train_pool: Optional[TrainPoolSchema] = None  # null: GRPO starts from the eval_seed scenes
 
     def __post_init__(self) -> None:
-        _require("task.name", self.name, self.name in tabletop.TASK_NAMES,
+        require("task.name", self.name, self.name in tabletop.TASK_NAMES,
                  f"one of {list(tabletop.TASK_NAMES)} (wmrl.sim.tabletop.TASKS)")
         cameras = tabletop.camera_names()
-        _require("task.camera", self.camera, self.camera in cameras,
+        require("task.camera", self.camera, self.camera in cameras,
                  f"one of {list(cameras)} (the cameras of wmrl.sim.tabletop's scene)")
         size = list(self.image_size)
-        _require("task.image_size", size, len(size) == 2 and min(size) > 0,
+        require("task.image_size", size, len(size) == 2 and min(size) > 0,
                  "[H, W]: two positive ints")
-        _positive("task", self, "max_episode_steps", "num_states")
+        require_positive("task", self, "max_episode_steps", "num_states")
         if self.train_pool is not None:
-            _positive("task.train_pool", self.train_pool, "size")
+            require_positive("task.train_pool", self.train_pool, "size")
             evals = {self.eval_seed, self.unseen_eval_seed}
-            _require("task.train_pool.seed", self.train_pool.seed,
+            require("task.train_pool.seed", self.train_pool.seed,
                      self.train_pool.seed not in evals,
                      f"a seed no evaluation uses (task.eval_seed={self.eval_seed} and "
                      f"task.unseen_eval_seed={self.unseen_eval_seed} are scored by the sim eval)")
@@ -267,7 +212,7 @@ class PolicySchema:
         from strategies.fused import fused_ops_config
 
         kinds = ["cpu", *FAMILIES]
-        _require("policy.fused_ops", self.fused_ops,
+        require("policy.fused_ops", self.fused_ops,
                  fused_ops_config(self.fused_ops) in (None, "auto", *kinds),
                  f"false, true or auto (this process's device family), or one of {kinds}")
 
@@ -284,7 +229,7 @@ class ResNetRewardSchema:
     batch_size: int = 256
 
     def __post_init__(self) -> None:
-        _positive("reward", self, "batch_size")
+        require_positive("reward", self, "batch_size")
 
 
 @dataclass
@@ -312,8 +257,8 @@ class TOPRewardSchema:
     max_batch: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _positive("reward", self, "window", "video_fps", "max_batch")
-        _require("reward.threshold", self.threshold, 0 <= self.threshold <= 1,
+        require_positive("reward", self, "window", "video_fps", "max_batch")
+        require("reward.threshold", self.threshold, 0 <= self.threshold <= 1,
                  "must be in [0, 1] (a frame succeeds when P(\" True\") reaches it)")
 
 
@@ -324,7 +269,7 @@ WorldModelDtype = _choices("WorldModelDtype", ("float32", "bfloat16", "float16")
 
 @dataclass
 class PaceSchema:
-    """The scalar settings of ``pace`` (``wmrl.pipeline.pace.Pace``, whose constructor takes
+    """The scalar settings of ``pace`` (``wmrl.pace.round.Pace``, whose constructor takes
     its defaults from here; conf/pace/default.yaml explains each). The world-model, reward,
     task and simulator settings are interpolated from their groups."""
 
@@ -358,16 +303,16 @@ class PaceSchema:
     verbose: bool = True
 
     def __post_init__(self) -> None:
-        _positive("pace", self, "episodes", "lr", "batch_size", "temperature", "num_states",
+        require_positive("pace", self, "episodes", "lr", "batch_size", "temperature", "num_states",
                   "num_envs", "buffer_rounds", "gripper_event_weight", "eval_clips",
                   "reward_lr", "reward_batch_size")
-        _positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
+        require_positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
                   "context_noise_sigma", "foreground_weight", "reward_steps", allow_zero=True)
-        _positive("pace", self, "num_inference_steps")
-        _require("pace.reward_holdout", self.reward_holdout, 0 <= self.reward_holdout < 1,
+        require_positive("pace", self, "num_inference_steps")
+        require("pace.reward_holdout", self.reward_holdout, 0 <= self.reward_holdout < 1,
                  "must be in [0, 1) (the share of a round's episodes held out to score the "
                  "reward on imagined frames)")
-        _require("pace.success_threshold", self.success_threshold,
+        require("pace.success_threshold", self.success_threshold,
                  0 <= self.success_threshold <= 1, "must be in [0, 1] (env.success_threshold)")
 
 
@@ -381,7 +326,7 @@ TARGET_SCHEMAS = {
     ("reward", "wmrl.rewards.resnet.ResNetSuccessReward"): ResNetRewardSchema,
     ("reward", "wmrl.rewards.resnet.TaskResNetSuccessReward"): TaskResNetRewardSchema,
     ("reward", "wmrl.rewards.topreward.TOPReward"): TOPRewardSchema,
-    ("pace", "wmrl.pipeline.pace.Pace"): PaceSchema,
+    ("pace", "wmrl.pace.round.Pace"): PaceSchema,
 }
 
 _store = ConfigStore.instance()

@@ -19,8 +19,8 @@ from test_fit_toy import toy_cfg
 
 from callbacks.preemption import PREEMPTED_EXIT_CODE
 from wmrl.config import ConfigError, to_container
+from wmrl.eval.policy_checkpoint import load_policy
 from wmrl.fit import fit
-from wmrl.pipeline.policy_checkpoint import load_policy
 from wmrl.schema import with_defaults
 
 HERE = Path(__file__).resolve().parent

@@ -14,12 +14,12 @@ import pytest
 import torch
 from conftest import ROOT
 from safetensors import safe_open
-from test_pace import tiny_world_model
+from tiny_models import tiny_world_model
 
 from wmrl.config import CONFIG_KEY
 from wmrl.errors import ConfigError
+from wmrl.pace.round import trained_state
 from wmrl.pipeline.export import export_policy, export_world_model
-from wmrl.pipeline.pace import trained_state
 from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy, tiny_config
 from wmrl.world_model.action_wan import ActionWanModel
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from callbacks.sim_eval import SimEvalCallback
+from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction
+from wmrl.eval.policy_checkpoint import load_policy, policy_state_from_ckpt
 from wmrl.pipeline import sft
-from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction
-from wmrl.pipeline.policy_checkpoint import load_policy, policy_state_from_ckpt
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
@@ -58,7 +58,7 @@ def test_bins_round_trip_within_a_bin():
 
 @pytest.fixture(scope="module")
 def demos():
-    from wmrl.pipeline.sim_rollout import EpisodeSpec, rollout_episodes
+    from wmrl.sim.episodes import EpisodeSpec, rollout_episodes
     from wmrl.sim.expert import ScriptedExpert
     from wmrl.sim.tabletop import TabletopVecEnv
 

@@ -12,8 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wmrl.interfaces import RewardModel
-from wmrl.pipeline.reward_evaluation import (
+from wmrl.finetune.reward_evaluation import (
     binary_metrics,
     ranking_metrics,
     reward_report,
@@ -21,6 +20,7 @@ from wmrl.pipeline.reward_evaluation import (
     trajectory_success,
     zero_variance_fraction,
 )
+from wmrl.interfaces import RewardModel
 from wmrl.rewards.resnet import (
     TINY_CONFIG,
     ResNetClassifier,

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from wmrl.config import ConfigError, build, validate
 from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
-from wmrl.pipeline.evaluate import evaluate_policy
+from wmrl.eval.evaluate import evaluate_policy
 from wmrl.policies.openvla_oft import build_policy, tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from toys import count_renders, expert_actions
 
-from wmrl.pipeline.dataset import Episode, TrajectoryDataset, TrajectoryWriter
-from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
+from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
+from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.expert import ScriptedExpert
 from wmrl.sim.tabletop import (
     BLOCK_HALF,

@@ -75,8 +75,20 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from callbacks.phase_offload import PhaseOffloadCallback
     from strategies import HybridShardStrategy, offload, onload
+
+    class OffloadBetweenBatches(pl.Callback):
+        """The trainer's state leaves the device after each batch and returns before the next
+        (as for a loop whose batches another role makes on the same device)."""
+
+        def on_train_batch_start(self, trainer, module, *args) -> None:
+            onload(module, trainer.optimizers[0])
+
+        def on_train_batch_end(self, trainer, module, *args) -> None:
+            offload(module, trainer.optimizers[0])
+
+        def on_train_start(self, trainer, module) -> None:
+            offload(module, trainer.optimizers[0])
 
     class Module(pl.LightningModule):
         def __init__(self, seed: int) -> None:
@@ -158,7 +170,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     res["state_exact"] = all(torch.equal(a, b) for a, b in zip(state_before, state_after))
     res["state_bytes"] = sum(v.numel() * 4 for v in state_before)
     # B: resume from the sharded checkpoint to step 5, with phase offloading in the loop
-    t, loader = trainer(5, callbacks=[PhaseOffloadCallback()], sync_module_states=False)
+    t, loader = trainer(5, callbacks=[OffloadBetweenBatches()], sync_module_states=False)
     mod = Module(seed=200 + rank)  # wrong weights on purpose: the checkpoint must overwrite them
     t.fit(mod, loader, ckpt_path=str(out / "sharded.ckpt"))
     res["losses_b"], res["seen_b"] = mod.losses, mod.seen

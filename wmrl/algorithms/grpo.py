@@ -60,6 +60,7 @@ from __future__ import annotations
 import torch
 
 AGGREGATIONS = ("traj-mean", "token-mean", "seq-mean-token-sum")
+ADVANTAGE_SCALES = ("group", "none")  # GRPO | Dr.GRPO
 
 
 def first_done_mask(dones: torch.Tensor) -> torch.Tensor:
@@ -83,7 +84,8 @@ def trajectory_returns(
     return returns, mask
 
 
-def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+def groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """x [N] -> [N / group_size, group_size] (consecutive rows share an initial state)."""
     if group_size < 1 or x.shape[0] % group_size != 0:
         raise ValueError(
             f"{x.shape[0]} trajectories do not split into groups of group_size={group_size}"
@@ -97,11 +99,11 @@ def group_advantages(
 ) -> torch.Tensor:
     """returns [N] -> advantages [N], normalised within consecutive groups of ``group_size``;
     ``valid`` [N] bool: only those rows make their group's statistics, the others get 0."""
-    if scale not in ("group", "none"):
+    if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
-    g = _groups(returns.float(), group_size)
+    g = groups(returns.float(), group_size)
     if valid is not None:
-        return _valid_group_advantages(g, _groups(valid.bool(), group_size), eps, scale)
+        return _valid_group_advantages(g, groups(valid.bool(), group_size), eps, scale)
     centred = g - g.mean(dim=1, keepdim=True)
     if scale == "group":
         std = g.std(dim=1, unbiased=True, keepdim=True) if group_size > 1 else torch.zeros_like(g)
@@ -134,11 +136,11 @@ def informative_groups(success: torch.Tensor, group_size: int,
     """success [N] (binary) -> keep [N] bool: False for rows of groups that all failed or all
     succeeded (zero advantage variance, no gradient); with ``valid`` [N] bool, judged on the
     valid rows only."""
-    g = _groups(success.float(), group_size)
+    g = groups(success.float(), group_size)
     if valid is None:
         rate = g.mean(dim=1, keepdim=True)
     else:
-        w = _groups(valid.bool(), group_size).float()
+        w = groups(valid.bool(), group_size).float()
         rate = (g * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp(min=1)
     keep = (rate > 0) & (rate < 1)
     return keep.expand_as(g).reshape(-1)
@@ -149,7 +151,7 @@ def return_filtered_groups(returns: torch.Tensor, group_size: int, low: float,
     """returns [N] -> keep [N] bool: rows of groups whose mean return lies in [low, high]
     (inclusive; RLinf's ``filter_rewards`` with ``rewards_lower/upper_bound``: with returns of
     0 or 5 per trajectory and groups of 8, [0.5, 4.5] keeps groups with 1-7 successes)."""
-    mean = _groups(returns.float(), group_size).mean(dim=1, keepdim=True)
+    mean = groups(returns.float(), group_size).mean(dim=1, keepdim=True)
     keep = (mean >= low) & (mean <= high)
     return keep.expand(-1, group_size).reshape(-1)
 

@@ -15,7 +15,7 @@ ENV = {"image_size": [64, 64], "max_episode_steps": 64}
 def run(episodes: int = EPISODES, num_envs: int = 16,
         max_episode_steps: int = ENV["max_episode_steps"],
         image_size: int = ENV["image_size"][0]) -> list[dict]:
-    from wmrl.pipeline.evaluate import evaluate_policy
+    from wmrl.eval.evaluate import evaluate_policy
     from wmrl.policies.openvla_oft import build_policy, tiny_config
 
     cfg = tiny_config(image_size=32)

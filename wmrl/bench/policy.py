@@ -102,8 +102,10 @@ def kl_figure(policy, obs: dict, tokens: torch.Tensor, rounds: int = 5) -> dict:
                "old_logprobs": torch.full((b, per_chunk), -5.0),
                "advantages": torch.linspace(-1, 1, b), "weights": torch.full((b, per_chunk), 1.0 / b)}
     idx = torch.arange(b)
-    modules = {"kl0": GRPOModule(policy=copy.deepcopy(policy)),
-               "kl": GRPOModule(policy=copy.deepcopy(policy), kl_coef=0.1)}
+    rollout = dict(group_size=8, temperature=1.6)  # WoVR's
+    modules = {"kl0": GRPOModule(policy=copy.deepcopy(policy), **rollout),
+               "kl": GRPOModule(policy=copy.deepcopy(policy), **rollout,
+                                algorithm={"kl_coef": 0.1})}
 
     def step(module):
         module.zero_grad(set_to_none=True)

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from wmrl.pipeline.sim_rollout import evaluate_success
+from wmrl.sim.episodes import evaluate_success
 from wmrl.sim.expert import ScriptedExpert
 from wmrl.sim.libero_adapter import LiberoEnv
 from wmrl.sim.tabletop import TASK_NAMES, TabletopEnv, TabletopVecEnv

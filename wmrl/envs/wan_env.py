@@ -18,7 +18,7 @@ One ``chunk_step(actions [B, 8, 7])``:
   success r_t = 1[s_t >= success_threshold] (RLinf returns the reward model's 0/1 output).
 
 ``return_frames`` adds info["frames"]: all ``chunk`` new frames, uint8 [B, chunk, H, W, 3]
-(zeros for finished rows), e.g. to label imagined frames (wmrl.pipeline.reward_data.imagined_frames).
+(zeros for finished rows), e.g. to label imagined frames (wmrl.finetune.reward_data.imagined_frames).
 
 Finished envs are not generated any more: the model runs only on the active rows, outputs keep
 their [B, ...] shapes (zeros for finished rows, their last frame as observation).
@@ -476,7 +476,7 @@ class WanWorldModelEnv:
                                  version: int | None = None,
                                  reward_state_dict: dict[str, torch.Tensor] | None = None) -> int:
         """Copy new world-model weights into ``self.model`` in place (PACE: the world model
-        follows the policy, ``wmrl/pipeline/pace.py``) and optionally new reward-model weights
+        follows the policy, ``wmrl/pace/round.py``) and optionally new reward-model weights
         into the reward's network; returns the new ``world_model_version`` (``version``, or
         the old one + 1). ``state_dict`` must hold every transformer and action-module tensor
         (what a fine-tune trains); VAE tensors are optional. Tensors are cast to the model's

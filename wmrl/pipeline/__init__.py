@@ -1,7 +1,5 @@
-"""The offline asset pipeline: what ``make assets``, ``scripts/eval.py``, ``scripts/plan.py`` and
-the training scripts run - simulator datasets, behaviour cloning, world-model and reward
-training, replay checks, simulator evaluation, memory planning.
-
-It imports the runtime (``wmrl.policies``, ``wmrl.world_model``, ``wmrl.envs``,
-``wmrl.rewards``, ``wmrl.sim``); the runtime never imports it.
+"""The offline pipeline (run by ``scripts/``, never imported by the runtime): the importer of
+RLinf's WoVR release (``rlinf_import.py``), behaviour cloning of the base policy (``sft.py``)
+and a fit's result out of wmrl (``export.py``). It imports the runtime; nothing in ``wmrl``
+imports it.
 """

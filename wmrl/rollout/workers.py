@@ -298,7 +298,7 @@ class RolloutActor:
         reward_s, self.reward_s = self.reward_s, 0.0
         return busy, Tracer.flush(), reward_s
 
-    # ---- world-model weights (PACE: wmrl/pipeline/pace.py) ------------------------------
+    # ---- world-model weights (PACE: wmrl/pace/round.py) ------------------------------
     def load_world_model(self, state_dict: Any, version: int,
                          reward_state_dict: Any = None) -> int:
         """New world-model (and optionally reward) weights into every env of this actor

@@ -1,0 +1,9 @@
+"""Physics simulators: they make the world model's data and score the policy honestly, never
+train it. Parts, one file each:
+
+* ``tabletop.py``: the CPU MuJoCo tabletop suite (tasks, cameras, ``TabletopVecEnv``);
+* ``expert.py``: the scripted expert that collects its demonstrations;
+* ``libero_adapter.py`` / ``libero_vec.py``: LIBERO behind the same interface (``make libero``);
+* ``episodes.py``: any action source (expert, policy) rolled out in a simulator -> ``Episode``s;
+* ``dataset.py``: ``Episode`` and the on-disk trajectory dataset.
+"""

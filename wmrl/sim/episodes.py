@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wmrl.pipeline.dataset import Episode
+from wmrl.sim.dataset import Episode
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 
 

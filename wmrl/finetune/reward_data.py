@@ -1,4 +1,4 @@
-"""Reward-model training frames from simulator trajectory datasets (wmrl.pipeline.dataset).
+"""Reward-model training frames from simulator trajectory datasets (wmrl.sim.dataset).
 
 Every frame of every episode is a sample labelled with the simulator's privileged success
 predicate for that frame. Failure frames vastly outnumber success frames (an episode has a
@@ -15,14 +15,14 @@ import numpy as np
 import torch
 
 from wmrl.envs.wan_env import WanWorldModelEnv
-from wmrl.pipeline.dataset import TrajectoryDataset
-from wmrl.pipeline.world_model_training import (
+from wmrl.finetune.world_model import (
     CHUNK,
     CONDITION_FRAMES,
     episode_initial_states,
     open_loop_replay,
 )
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
+from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tabletop import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
 

@@ -34,9 +34,9 @@ import torch
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.envs.initial_states import InitialStates
 from wmrl.envs.train_pool import write_scene_frames
-from wmrl.pipeline.dataset import TrajectoryDataset
-from wmrl.pipeline.image_metrics import psnr, ssim, u8_video_to_unit
+from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
+from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tabletop import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
 

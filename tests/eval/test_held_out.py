@@ -1,4 +1,4 @@
-"""wmrl.pipeline.held_out / scripts/score_held_out.py: a run's last checkpoint and the base
+"""wmrl.eval.held_out / scripts/score_held_out.py: a run's last checkpoint and the base
 policy scored on the held-out scenes, written next to the run, read by seed_report."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from wmrl.config import ConfigError
-from wmrl.pipeline.held_out import held_out_config, read_held_out, score_runs
-from wmrl.pipeline.policy_checkpoint import load_policy
+from wmrl.eval.held_out import held_out_config, read_held_out, score_runs
+from wmrl.eval.policy_checkpoint import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""PACE (wmrl/pipeline/pace.py): a real round - the tiny policy in the real tabletop
+"""PACE (wmrl/pace/round.py): a real round - the tiny policy in the real tabletop
 simulator, the tiny world model fine-tuned on those episodes, the weights pushed to a real Ray
 env actor of a RolloutDataModule - driven directly and through a real fit (GRPOModule's
 training step, the checkpoint, a resume); plus the config group, the env's weight loader, the
@@ -17,13 +17,14 @@ from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_fit_toy import toy_cfg
+from tiny_models import tiny_world_model
 
 from wmrl.config import ConfigError, build, validate
 from wmrl.envs.wan_env import WanWorldModelEnv
+from wmrl.finetune import world_model as T
 from wmrl.fit import build_module, fit
 from wmrl.module import GRPOModule
-from wmrl.pipeline import world_model_training as T
-from wmrl.pipeline.pace import Pace, episode_specs, trained_state
+from wmrl.pace.round import Pace, episode_specs, trained_state
 from wmrl.policies.openvla_oft import tiny_config
 from wmrl.world_model.action_wan import ActionWanModel
 
@@ -40,21 +41,6 @@ def policy_spec() -> dict:
     cfg["norm_stats"] = {"tabletop": STATS}
     return {"_target_": "wmrl.policies.openvla_oft.build_policy", "config": cfg,
             "unnorm_key": "tabletop"}
-
-
-def tiny_world_model() -> ActionWanModel:
-    """conf/train_world_model.yaml's VAE layout (16 ch, 8x), a 1-layer 16-wide DiT."""
-    return ActionWanModel.from_config({
-        "shift": 5.0, "init_seed": 0,
-        "transformer": {"patch_size": [1, 1, 1], "num_attention_heads": 2,
-                        "attention_head_dim": 8, "in_channels": 16, "out_channels": 16,
-                        "text_dim": 32, "freq_dim": 64, "ffn_dim": 16, "num_layers": 1,
-                        "rope_max_seq_len": 32},
-        "vae": {"base_dim": 8, "z_dim": 16, "dim_mult": [1, 2, 2], "num_res_blocks": 1,
-                "temperal_downsample": [True, True], "in_channels": 12, "out_channels": 12,
-                "is_residual": True, "patch_size": 2, "scale_factor_spatial": 8,
-                "latents_mean": [0.0] * 16, "latents_std": [1.0] * 16},
-        "action": {"action_dim": 7, "actions_per_latent": 4, "num_text_tokens": 1}})
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -104,7 +90,7 @@ def test_rounds_every_n_steps_but_not_after_the_last(assets):
     pace = make_pace(assets)  # every_n_steps=2
     assert [s for s in range(7) if pace.round_due(s, max_steps=6)] == [2, 4]
     assert [s for s in range(7) if pace.round_due(s, max_steps=-1)] == [2, 4, 6]  # unbounded
-    pace.last_round_step = 4  # a resumed run does not repeat the round it checkpointed after
+    pace.ledger.last_round_step = 4  # a resumed run does not repeat the round it checkpointed after
     assert not pace.round_due(4, max_steps=6)
 
 
@@ -140,7 +126,7 @@ def test_config_group_off_by_default_on_in_experiment():
     assert isinstance(pace, Pace) and pace.model is None and pace.reward is None
     assert pace.world_model_cfg["path"] == on.env.world_model.path
     assert pace.tasks == [on.task.name] and pace.sim_env["image_size"] == list(on.task.image_size)
-    assert pace.out_dir == "/tmp/wmrl-test/pace" and pace.reward_spec == \
+    assert pace.ledger.out_dir == "/tmp/wmrl-test/pace" and pace.reward_spec == \
         OmegaConf.to_container(on.reward, resolve=True)  # built only for reward_steps > 0
     default.policy = on.policy
     assert build_module(default).pace is None
@@ -176,15 +162,15 @@ def test_round_finetunes_counts_and_resumes(assets, tmp_path):
     torch.manual_seed(0)
     pace = make_pace(assets, out_dir=str(tmp_path / "pace"))
     policy = build(policy_spec())
-    assert pace.counts()["pace/real_episodes"] == 0.0
+    assert pace.ledger.counts()["pace/real_episodes"] == 0.0
 
     assert not pace.round_due(1, max_steps=6) and pace.round_due(2, max_steps=6)
     metrics = pace.run_round(policy, None, step=2)
-    row = pace.history[-1]
+    row = pace.ledger.history[-1]
 
     # the episodes: real, from the simulator, all counted
-    assert row["episodes"] == 4 and row["steps"] > 0 and pace.real_steps == row["steps"]
-    counts = pace.counts()
+    assert row["episodes"] == 4 and row["steps"] > 0 and pace.ledger.real_steps == row["steps"]
+    counts = pace.ledger.counts()
     assert counts["pace/real_episodes"] == 4.0 and counts["pace/real_steps"] == row["steps"]
     assert counts["pace/world_model_version"] == 1.0 and row["push_seconds"] == 0.0
     assert metrics["pace/wm_loss_after"] == row["wm_loss_after"] and metrics["pace/seconds"] > 0
@@ -203,7 +189,8 @@ def test_round_finetunes_counts_and_resumes(assets, tmp_path):
     torch.save(pace.state_dict(), path)
     pace2 = make_pace(assets, out_dir=str(tmp_path / "pace"))
     pace2.load_state_dict(torch.load(path, weights_only=True))
-    assert (pace2.version, pace2.real_episodes, pace2.real_steps) == (1, 4, row["steps"])
+    ledger2 = pace2.ledger
+    assert (ledger2.version, ledger2.real_episodes, ledger2.real_steps) == (1, 4, row["steps"])
     assert pace2.model is None  # built at its first round; a checkpoint before keeps them
     assert all(torch.equal(v, ours[k]) for k, v in pace2.state_dict()["world_model"].items())
     pace2.ensure_models()
@@ -216,30 +203,31 @@ def test_round_finetunes_counts_and_resumes(assets, tmp_path):
     assert os.path.isdir(assets / "wm")
 
 
-def test_a_checkpoint_of_the_old_callback_restores_the_state(assets):
-    """Checkpoints written when PACE was a Lightning callback hold its state under
-    ``callbacks["PaceCallback"]``; GRPOModule restores it from there (else from ``"pace"``)."""
-    spec = {"_target_": "wmrl.pipeline.pace.Pace", **pace_args(assets)}
+def test_the_checkpoint_restores_the_ledger_and_weights(assets):
+    """GRPOModule saves and restores PACE's state under ``"pace"``: the ledger (budget, world
+    model version, history) and the fine-tuned weights."""
+    spec = {"_target_": "wmrl.pace.round.Pace", **pace_args(assets)}
     weights = trained_state(tiny_world_model())
     state = {"version": 2, "rounds": 2, "real_episodes": 8, "real_steps": 96,
              "real_successes": 3, "seconds": 12.5, "last_round_step": 4,
              "history": [{"round": 0}, {"round": 1}], "world_model": weights,
              "optimizer": None, "reward": None, "reward_optimizer": None}
-    for checkpoint in ({"callbacks": {"PaceCallback": state, "StepCheckpoint": {}}},
-                       {"pace": state, "callbacks": {}}):
-        module = GRPOModule({"_target_": "toys.LinearBinPolicy"}, pace=spec)
-        module.on_load_checkpoint({"policy_version": 6, "shuffle_rng": module.shuffle.get_state(),
-                                   **checkpoint})
-        pace = module.pace
-        assert (pace.version, pace.rounds, pace.real_episodes, pace.real_steps) == (2, 2, 8, 96)
-        assert pace.last_round_step == 4 and not pace.round_due(4) and pace.round_due(6)
-        assert pace.current_state()[0] is weights  # pushed at the start, loaded at the build
-        saved = {}
-        module.on_save_checkpoint(saved)
-        assert saved["pace"]["version"] == 2 and saved["pace"]["world_model"] is weights
-    module = GRPOModule({"_target_": "toys.LinearBinPolicy"}, pace=spec)
+    module = GRPOModule({"_target_": "toys.LinearBinPolicy"}, group_size=2, temperature=1.0,
+                        pace=spec)
+    module.on_load_checkpoint({"policy_version": 6, "shuffle_rng": module.shuffle.get_state(),
+                               "pace": state})
+    pace, ledger = module.pace, module.pace.ledger
+    assert (ledger.version, ledger.rounds, ledger.real_episodes, ledger.real_steps) == (
+        2, 2, 8, 96)
+    assert ledger.last_round_step == 4 and not pace.round_due(4) and pace.round_due(6)
+    assert pace.current_state()[0] is weights  # pushed at the start, loaded at the build
+    saved = {}
+    module.on_save_checkpoint(saved)
+    assert saved["pace"]["version"] == 2 and saved["pace"]["world_model"] is weights
+    module = GRPOModule({"_target_": "toys.LinearBinPolicy"}, group_size=2, temperature=1.0,
+                        pace=spec)
     module.on_load_checkpoint({"policy_version": 6, "shuffle_rng": module.shuffle.get_state()})
-    assert module.pace.version == 0  # a checkpoint of a run without PACE: it starts fresh
+    assert module.pace.ledger.version == 0  # a checkpoint of a run without PACE: it starts fresh
 
 
 class PaceProbe(L.Callback):
@@ -278,7 +266,7 @@ def fit_cfg(assets, run_dir, **over):
                    "placement": "collocated", "num_env_workers": 1, "worker_cpus": 0.25}
     cfg.algorithm = {**cfg.algorithm, "global_batch": 4, "micro_batch": 2,
                      "filter_groups": False, "lr": 1e-3}
-    cfg.pace = {"_target_": "wmrl.pipeline.pace.Pace", **pace_args(
+    cfg.pace = {"_target_": "wmrl.pace.round.Pace", **pace_args(
         assets, every_n_steps=1, episodes=2, steps=6, batch_size=4, eval_clips=8,
         num_envs=2, context_noise_sigma=0.1, reward_steps=2, verbose=True,
         reward_frames="imagined", reward_holdout=0.5, success_threshold=0.5,
@@ -298,16 +286,16 @@ def test_fit_runs_rounds_in_the_training_step_and_resumes(assets, ray_local, tmp
     probe = PaceProbe()
     trainer, module = fit(fit_cfg(assets, tmp_path / "a"), extra_callbacks=[probe])
     pace = module.pace
-    assert trainer.global_step == 2 and (pace.rounds, pace.version) == (1, 1)
-    assert [r["step"] for r in pace.history] == [1]
+    assert trainer.global_step == 2 and (pace.ledger.rounds, pace.ledger.version) == (1, 1)
+    assert [r["step"] for r in pace.ledger.history] == [1]
     assert (probe.first, probe.last) == ([0], [1])
     # the step's metrics: the budget every step, the round's numbers after step 1
     first, second = module.history
     assert first["pace/real_episodes"] == second["pace/real_episodes"] == 2.0
-    assert first["pace/wm_loss_after"] == pace.history[0]["wm_loss_after"]
+    assert first["pace/wm_loss_after"] == pace.ledger.history[0]["wm_loss_after"]
     assert "pace/wm_loss_after" not in second and second["pace/world_model_version"] == 1.0
     # the reward's scores on the held-out episode's replay, before and after its fine-tune
-    assert pace.history[0]["reward_held_out_episodes"] == 1
+    assert pace.ledger.history[0]["reward_held_out_episodes"] == 1
     assert 0 <= first["pace/reward_episode_recall_after"] <= 1
     assert first["pace/reward_episode_wm_success_before"] in (0.0, 1.0)
     assert "pace/wm_loss_after" in (tmp_path / "a" / "csv" / "version_0" /
@@ -338,13 +326,13 @@ def test_fit_runs_rounds_in_the_training_step_and_resumes(assets, ray_local, tmp
     trainer2, module2 = fit(fit_cfg(assets, tmp_path / "b", ckpt_path=str(ckpt),
                                     **{"trainer.max_steps": 4}), extra_callbacks=[probe2])
     pace2 = module2.pace
-    assert trainer2.global_step == 4 and (pace2.rounds, pace2.version) == (2, 2)
+    assert trainer2.global_step == 4 and (pace2.ledger.rounds, pace2.ledger.version) == (2, 2)
     assert (probe2.first, probe2.last) == ([1], [2])  # restored before the first rollout
     # what the new actors got on resume: the checkpoint's weights, not the config's
     first = probe2.first_state
     assert same({k: first["world_model"][k] for k in ours}, saved["pace"]["world_model"])
     assert same(first["reward"], saved["pace"]["reward"])
-    assert [r["step"] for r in pace2.history] == [1, 3] and pace2.real_episodes == 4
+    assert [r["step"] for r in pace2.ledger.history] == [1, 3] and pace2.ledger.real_episodes == 4
     assert "[pace] resumed at world-model version 1" in capsys.readouterr().out
     rows = (tmp_path / "b" / "pace" / "history.jsonl").read_text().splitlines()
     assert [json.loads(r)["round"] for r in rows] == [1]

@@ -1,4 +1,4 @@
-"""The memory plan for the real sizes (``scripts/plan.py``, ``wmrl/pipeline/plan.py``): models built on
+"""The memory plan for the real sizes (``scripts/plan.py``, ``wmrl/plan/plan.py``): models built on
 the meta device from the real configs, the analytic activation counts checked against what
 autograd saves, and the figures checked against the reference facts."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from wmrl.config import to_container
-from wmrl.pipeline import plan as P
+from wmrl.plan import plan as P
 
 GB = 1e9
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,7 @@ SSIM (Wang et al. 2004) with an 11x11 Gaussian window (sigma 1.5), K1 = 0.01, K2
 averaged over channels and every pixel, the image reflect-padded by 5 at its borders
 (``structural_similarity_index_measure``, in float64: the variance terms E[x^2] - E[x]^2
 cancel badly in float32). The project's own SSIM before it averaged only the pixels the
-whole window covers: 0.0003-0.0005 lower on 64x64 frames (tests/pipeline/
+whole window covers: 0.0003-0.0005 lower on 64x64 frames (tests/finetune/
 test_train_world_model.py), so metrics.json figures written before 2026-12-05 compare within
 that.
     SSIM = (2 mu_x mu_y + C1)(2 s_xy + C2) / ((mu_x^2 + mu_y^2 + C1)(s_x^2 + s_y^2 + C2)),

@@ -1,4 +1,4 @@
-"""A reward fitted to imagination (wmrl/pipeline/reward_on_imagination.py): the split, the
+"""A reward fitted to imagination (wmrl/finetune/reward_on_imagination.py): the split, the
 held-out scores (hand-checked), the fine-tune of a real tiny ResNet reward, and
 scripts/fit_reward_to_imagination.py on real simulator episodes replayed in a real tiny world
 model."""
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
-from test_pace import tiny_world_model
+from tiny_models import tiny_world_model
 
-from wmrl.pipeline import reward_on_imagination as R
-from wmrl.pipeline.dataset import Episode, TrajectoryDataset, TrajectoryWriter
+from wmrl.finetune import reward_on_imagination as R
 from wmrl.rewards.resnet import ResNetSuccessReward, save_checkpoint
+from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 
 TINY = {"widths": [4, 4, 4, 4], "blocks_per_stage": 1, "image_size": [16, 16]}
 
@@ -93,7 +93,7 @@ def test_finetune_learns_the_imagined_success_look():
 @pytest.fixture(scope="module")
 def sim_episodes(tmp_path_factory):
     """6 real simulator episodes of the scripted expert (32x32), some succeeding."""
-    from wmrl.pipeline.sim_rollout import EpisodeSpec, rollout_episodes
+    from wmrl.sim.episodes import EpisodeSpec, rollout_episodes
     from wmrl.sim.expert import ScriptedExpert
     from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 

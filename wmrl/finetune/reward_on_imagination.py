@@ -20,7 +20,7 @@ The fine-tune (``finetune_classifier``) is class-balanced BCE on logits z,
 
 with BatchNorm kept in eval mode (a few small batches would skew its running statistics).
 
-Used by PACE rounds (``pace.reward_frames=imagined``, wmrl/pipeline/pace.py) and once, on the
+Used by PACE rounds (``pace.reward_frames=imagined``, wmrl/pace/round.py) and once, on the
 SFT policy's episodes, by ``scripts/fit_reward_to_imagination.py`` (a stage of
 ``make assets``). docs/rewards.md.
 """
@@ -33,12 +33,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from wmrl.pipeline.dataset import Episode
-from wmrl.pipeline.reward_data import imagined_replays
-from wmrl.pipeline.reward_evaluation import binary_metrics, ranking_metrics
-from wmrl.pipeline.threshold_calibration import rate_matching_threshold
-from wmrl.pipeline.world_model_training import optimizer_step
+from wmrl.finetune.reward_data import imagined_replays
+from wmrl.finetune.reward_evaluation import binary_metrics, ranking_metrics
+from wmrl.finetune.threshold_calibration import rate_matching_threshold
+from wmrl.finetune.world_model import optimizer_step
 from wmrl.rewards.resnet import training_input
+from wmrl.sim.dataset import Episode
 
 
 def split_episodes(successes: Sequence[bool], holdout: float,

@@ -56,7 +56,7 @@ Reward: weights; working set traced as above on min(B chunk, reward.batch_size) 
 
 Placements, per device (R = resident: weights, optimizer state, episode state; T = the
 working set of the role's phase):
-  collocated, idle roles offloaded (PhaseOffloadCallback for the trainer, the actor for env or
+  collocated, idle roles offloaded (GRPOModule offloads itself, the actor for env or
     policy): max over roles of R + T;
   collocated, nothing offloaded: sum of R + max of T (the phases take turns);
   disaggregated: trainer, env actor (+ reward) and policy actor on their own devices;
@@ -609,7 +609,7 @@ def _gb(n: int | float) -> str:
 def format_table(plan: Plan) -> str:
     h, pr, ro = plan.header, plan.params, plan.roles
     out = [
-        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/pipeline/plan.py): "
+        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan/plan.py): "
         f"trainer.devices={h['devices']}, FSDP shard group {h['shard_group']}, micro_batch "
         f"{h['micro_batch']}, {h['envs_per_actor']} envs per env actor, {h['frames']} frames at "
         f"{h['height']}x{h['width']}",

@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from wmrl.atomic import atomic_path
 from wmrl.config import build
-from wmrl.pipeline.policy_checkpoint import load_policy
-from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
+from wmrl.eval.policy_checkpoint import load_policy
+from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv
 from wmrl.stats import rate_with_interval, wilson
 
@@ -55,7 +55,7 @@ class EvalResult:
 
 def evaluate_eval_config(cfg: dict, ckpt_path: str | None = None,
                          progress: str | None = "eval") -> EvalResult:
-    """``conf/eval.yaml``'s run (``scripts/eval.py``, ``wmrl.pipeline.held_out``): its
+    """``conf/eval.yaml``'s run (``scripts/eval.py``, ``wmrl.eval.held_out``): its
     ``policy`` with ``ckpt_path``'s weights, on its ``tasks`` and ``episodes_per_task`` scenes
     of its ``env`` (or the ``sim`` vector env, e.g. LIBERO), with its sampling settings."""
     torch.set_num_threads(int(cfg.get("threads") or 1))

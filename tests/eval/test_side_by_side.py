@@ -1,5 +1,5 @@
 """The policy in the world model beside the policy in the simulator
-(wmrl/pipeline/side_by_side.py), with the shipped policy, world model and reward."""
+(wmrl/eval/side_by_side.py), with the shipped policy, world model and reward."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from test_config import fit_cfg
 
 from wmrl.config import build, to_container
-from wmrl.pipeline.side_by_side import imagined_vs_real, side_by_side_video
+from wmrl.eval.side_by_side import imagined_vs_real, side_by_side_video
 from wmrl.sim.tabletop import initial_frames
 
 
@@ -52,7 +52,7 @@ def test_the_same_scenes_in_the_world_model_and_the_simulator(rollouts):
 def test_pace_weights_are_the_ones_imagined(rollouts):
     """With PACE's refined weights (here: the shipped ones shifted) the imagined video
     changes and the real one does not."""
-    from wmrl.pipeline.pace import trained_state
+    from wmrl.pace.round import trained_state
     from wmrl.world_model.action_wan import ActionWanModel
 
     first, _, cfg = rollouts

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from wmrl.envs.initial_states import synthetic_initial_states
 from wmrl.envs.wan_env import WanWorldModelEnv
-from wmrl.pipeline.threshold_calibration import (
+from wmrl.finetune.threshold_calibration import (
     imagined_peaks,
     rate_matching_threshold,
     success_by_threshold,

@@ -7,15 +7,12 @@ world model (loaded from ``world_model``, the config the env actors load) fine-t
 transformer + action modules on them for ``steps`` steps (flow matching, the VAE frozen;
 optionally the reward model too, ``reward_steps``: on the real frames, or with
 ``reward_frames=imagined`` on the refined world model's replays of the episodes, scored on a
-held-out share, wmrl/pipeline/reward_on_imagination.py); the new weights go to every env actor
+held-out share, wmrl/finetune/reward_on_imagination.py); the new weights go to every env actor
 (``RolloutDataModule.sync_world_model``, versioned like the policy's weights) and GRPO goes on
 in the updated world model. docs/pace.md.
 
-Budget: every real episode and control step is counted (``counts``: ``pace/real_episodes``,
-``pace/real_steps``, cumulative, logged every training step) and written to
-``<out_dir>/summary.json`` at the end of the fit (``finish``), so a run states the simulator
-interaction it used for training (sim-eval episodes score the policy; they are not counted
-here). ``<out_dir>/history.jsonl``: one line per round.
+Budget: every real episode and control step a round spends is counted in ``self.ledger``
+(``wmrl/pace/ledger.py``: ``pace/*`` counts every step, ``summary.json``, ``history.jsonl``).
 
 Processes: the episodes are collected and the world model trained in the trainer process of
 rank 0; with several ranks the new weights go to every rank (``broadcast``, e.g. the
@@ -26,9 +23,6 @@ policies with PACE on).
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,21 +30,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl.atomic import write_text
 from wmrl.config import build
-from wmrl.pipeline import reward_on_imagination as R
-from wmrl.pipeline import world_model_training as T
-from wmrl.pipeline.dataset import Episode
-from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
+from wmrl.finetune import reward_on_imagination as R
+from wmrl.finetune import world_model as T
+from wmrl.pace.ledger import PaceLedger, round_metrics
 from wmrl.schema import PaceSchema, check_values, defaults
+from wmrl.sim.dataset import Episode
+from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 # what the fine-tune trains (train_transformer's parameters) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
-# the reward's held-out scores on imagined frames logged per round (pace/reward_<k>_before|after)
-REWARD_METRICS = ("frame_precision", "frame_recall", "frame_auroc", "episode_precision",
-                  "episode_recall", "episode_auroc", "episode_wm_success")
 # the settings' defaults are the typed schema's (wmrl/schema.py): one source
 _SETTINGS = defaults(PaceSchema)
 
@@ -154,16 +145,8 @@ class Pace:
         self.reward_batch_size, self.reward_spec = reward_batch_size, reward
         self.reward_frames, self.reward_holdout = reward_frames, reward_holdout
         self.success_threshold, self.num_inference_steps = success_threshold, num_inference_steps
-        self.device, self.seed, self.out_dir, self.verbose = device, seed, out_dir, verbose
-        # bookkeeping (checkpointed)
-        self.version = 0  # the world-model version the env actors hold (0 = as loaded)
-        self.rounds = 0
-        self.real_episodes = 0
-        self.real_steps = 0
-        self.real_successes = 0
-        self.seconds = 0.0
-        self.last_round_step = -1
-        self.history: list[dict] = []
+        self.device, self.seed = device, seed
+        self.ledger = PaceLedger(out_dir, verbose)  # the budget and the version (checkpointed)
         # built on first use
         self.model: ActionWanModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -354,7 +337,8 @@ class Pace:
         for a collocated actor restarted meanwhile. Rank 0 appends the round to
         ``history.jsonl`` and prints it. Returns the round's metrics (``pace/*``)."""
         t0 = time.perf_counter()
-        r = self.rounds
+        ledger = self.ledger
+        r = ledger.rounds
         row: dict[str, float] = {}
         state = reward_state = None
         if rank0:  # (other ranks build no world-model copy)
@@ -389,29 +373,18 @@ class Pace:
             row, state, reward_state = broadcast((row, state, reward_state))
             if not rank0:
                 self._received = (state, reward_state)
-        version = self.version + 1
+        version = ledger.version + 1
         push_s = self.push(rollouts, version, state, reward_state, policy_weights)
-        self.version = version
-        self.rounds += 1
-        self.real_episodes += int(row["episodes"])
-        self.real_steps += int(row["steps"])
-        self.real_successes += int(row["successes"])
-        seconds = time.perf_counter() - t0
-        self.seconds += seconds
-        self.last_round_step = step
-        row = {"step": step, "round": r, "version": version, **row,
-               "push_seconds": push_s, "seconds": seconds,
-               "real_episodes_total": self.real_episodes, "real_steps_total": self.real_steps}
-        self.history.append(row)
+        row = ledger.record(row, step, version, push_s, time.perf_counter() - t0)
         if rank0:
-            self._write_row(row)
-            self._say(f"[pace] step {step}: round {r} -> world model v{version}: "
-                      f"{row['episodes']} real episodes ({row['steps']} steps, success "
-                      f"{row['successes']}/{row['episodes']}), loss on them "
-                      f"{row['wm_loss_before']:.4f} -> {row['wm_loss_after']:.4f}, "
-                      f"{row['seconds']:.0f} s | total {self.real_episodes} episodes / "
-                      f"{self.real_steps} steps" + _reward_line(row))
-        return self.round_metrics(row)
+            ledger.write_row(row)
+            ledger.say(f"[pace] step {step}: round {r} -> world model v{version}: "
+                       f"{row['episodes']} real episodes ({row['steps']} steps, success "
+                       f"{row['successes']}/{row['episodes']}), loss on them "
+                       f"{row['wm_loss_before']:.4f} -> {row['wm_loss_after']:.4f}, "
+                       f"{row['seconds']:.0f} s | total {ledger.real_episodes} episodes / "
+                       f"{ledger.real_steps} steps" + _reward_line(row))
+        return round_metrics(row)
 
     def push(self, rollouts, version: int, state: dict | None = None,
              reward_state: dict | None = None,
@@ -430,37 +403,6 @@ class Pace:
         return rollouts.sync_world_model(state, version, reward_state,
                                          policy_weights=policy_weights)
 
-    def round_metrics(self, row: dict) -> dict[str, float]:
-        out = {"pace/finetune_loss": row["finetune_loss"],
-               "pace/finetune_loss_first": row["finetune_loss_first"],
-               "pace/wm_loss_before": row["wm_loss_before"],
-               "pace/wm_loss_after": row["wm_loss_after"],
-               "pace/round_real_success": row["successes"] / max(row["episodes"], 1),
-               "pace/seconds": row["seconds"], "pace/push_seconds": row["push_seconds"]}
-        if "reward_loss" in row:
-            out["pace/reward_loss"] = row["reward_loss"]
-        for k in REWARD_METRICS:  # pace.reward_frames=imagined: held-out imagined frames
-            for when in ("before", "after"):
-                if f"reward_{k}_{when}" in row:
-                    out[f"pace/reward_{k}_{when}"] = row[f"reward_{k}_{when}"]
-        return out
-
-    def counts(self) -> dict[str, float]:
-        """The cumulative simulator budget (logged every training step)."""
-        return {"pace/real_episodes": float(self.real_episodes),
-                "pace/real_steps": float(self.real_steps),
-                "pace/world_model_version": float(self.version),
-                "pace/rounds": float(self.rounds)}
-
-    def summary(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "real_episodes": self.real_episodes,
-                "real_steps": self.real_steps,
-                "real_success": self.real_successes / max(self.real_episodes, 1),
-                "world_model_version": self.version, "seconds": self.seconds,
-                "episodes_per_round": self.episodes, "every_n_steps": self.every_n_steps,
-                "finetune_steps_per_round": self.steps, "scenes": self.scenes,
-                "tasks": self.tasks}
-
     # ---- the run -----------------------------------------------------------------------
     def round_due(self, step: int, max_steps: int = -1) -> bool:
         """A round after every ``every_n_steps``-th step, except after the run's last step:
@@ -468,39 +410,30 @@ class Pace:
         (and counted against the run's simulator budget)."""
         last = max_steps is not None and max_steps > 0 and step >= max_steps
         return bool(self.every_n_steps) and step > 0 and step % self.every_n_steps == 0 \
-            and step != self.last_round_step and not last
+            and step != self.ledger.last_round_step and not last
 
     def restore_actors(self, rollouts, policy_weights: Callable[[], dict] | None = None,
                        rank0: bool = True) -> None:
         """At the start of a resumed run (version > 0; else nothing): the env actors, built
         from the config's world model, get the restored version."""
-        if self.version > 0:
-            self.push(rollouts, self.version, policy_weights=policy_weights)
+        if self.ledger.version > 0:
+            self.push(rollouts, self.ledger.version, policy_weights=policy_weights)
             if rank0:
-                self._say(f"[pace] resumed at world-model version {self.version} "
-                          f"({self.real_episodes} real episodes so far); pushed to the env "
-                          "actors")
+                self.ledger.say(f"[pace] resumed at world-model version {self.ledger.version} "
+                                f"({self.ledger.real_episodes} real episodes so far); pushed to "
+                                "the env actors")
 
     def finish(self) -> dict[str, Any]:
-        """The end of the fit (rank 0): ``summary.json`` and the one-line budget."""
-        s = self.summary()
-        if self.out_dir:
-            os.makedirs(self.out_dir, exist_ok=True)
-            write_text(os.path.join(self.out_dir, "summary.json"), json.dumps(s, indent=2))
-        self._say(f"[pace] simulator budget: {s['real_episodes']} real episodes, "
-                  f"{s['real_steps']} control steps in {s['rounds']} rounds (world model "
-                  f"v{s['world_model_version']}, {s['seconds']:.0f} s)")
-        return s
+        """The end of the fit (rank 0): the ledger's ``summary.json`` and one-line budget."""
+        return self.ledger.finish(
+            episodes_per_round=self.episodes, every_n_steps=self.every_n_steps,
+            finetune_steps_per_round=self.steps, scenes=self.scenes, tasks=self.tasks)
 
     # ---- checkpoint --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        sd: dict[str, Any] = {
-            "version": self.version, "rounds": self.rounds,
-            "real_episodes": self.real_episodes, "real_steps": self.real_steps,
-            "real_successes": self.real_successes, "seconds": self.seconds,
-            "last_round_step": self.last_round_step, "history": list(self.history),
-            "world_model": None, "optimizer": None, "reward": None, "reward_optimizer": None}
-        if self.version > 0 and self.model is not None:
+        sd: dict[str, Any] = {**self.ledger.state_dict(), "world_model": None,
+                              "optimizer": None, "reward": None, "reward_optimizer": None}
+        if self.ledger.version > 0 and self.model is not None:
             sd.update(world_model=trained_state(self.model),
                       optimizer=self.optimizer.state_dict(), reward=self.reward_state(),
                       reward_optimizer=None if self.reward_optimizer is None
@@ -514,29 +447,11 @@ class Pace:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         sd = state_dict
-        self.version, self.rounds = int(sd["version"]), int(sd["rounds"])
-        self.real_episodes, self.real_steps = int(sd["real_episodes"]), int(sd["real_steps"])
-        self.real_successes, self.seconds = int(sd["real_successes"]), float(sd["seconds"])
-        self.last_round_step = int(sd["last_round_step"])
-        self.history = list(sd["history"])
-        if self.version > 0 and sd.get("world_model") is None:
-            raise RuntimeError(f"pace: the checkpoint says world-model version {self.version} "
-                               "but holds no world-model weights")
+        self.ledger.load_state_dict(sd)
+        if self.ledger.version > 0 and sd.get("world_model") is None:
+            raise RuntimeError(f"pace: the checkpoint says world-model version "
+                               f"{self.ledger.version} but holds no world-model weights")
         if self.model is None:
             self._pending = sd
         else:
             self._apply_pending(sd)
-
-    # ---- output ------------------------------------------------------------------------
-    def _write_row(self, row: dict) -> None:
-        if not self.out_dir:
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                 for k, v in row.items()}
-        with open(os.path.join(self.out_dir, "history.jsonl"), "a") as f:
-            f.write(json.dumps(clean) + "\n")
-
-    def _say(self, msg: str) -> None:
-        if self.verbose:
-            print(msg, flush=True)

@@ -20,8 +20,8 @@ import torch
 from hydra.utils import get_object
 
 from wmrl.config import build
-from wmrl.pipeline.sim_rollout import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.pipeline.world_model_training import episode_initial_states
+from wmrl.finetune.world_model import episode_initial_states
+from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv
 
 WORLD_MODEL_ENV = "wmrl.envs.wan_env.WanWorldModelEnv"

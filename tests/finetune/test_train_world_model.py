@@ -12,10 +12,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from wmrl.pipeline import world_model_training as T
-from wmrl.pipeline.dataset import Episode, TrajectoryWriter
-from wmrl.pipeline.image_metrics import psnr, ssim
-from wmrl.pipeline.reward_data import reward_frames_from_trajectories
+from wmrl.finetune import world_model as T
+from wmrl.finetune.image_metrics import psnr, ssim
+from wmrl.finetune.reward_data import reward_frames_from_trajectories
+from wmrl.sim.dataset import Episode, TrajectoryWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def test_clip_layout_matches_env():
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    from wmrl.pipeline.sim_rollout import EpisodeSpec, rollout_episodes
+    from wmrl.sim.episodes import EpisodeSpec, rollout_episodes
     from wmrl.sim.expert import ScriptedExpert
     from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 
@@ -182,8 +182,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
 
     # imagined frames for the reward: one per simulator step 1..12 of each 12-step episode,
     # labelled with the simulator's label of the same step
-    from wmrl.pipeline.dataset import TrajectoryDataset
-    from wmrl.pipeline.reward_data import imagined_frames
+    from wmrl.finetune.reward_data import imagined_frames
+    from wmrl.sim.dataset import TrajectoryDataset
 
     f, y, ids, names = imagined_frames(data, tmp_path / "wm", batch_size=2)
     sim = np.concatenate([ep.success_labels[1:] for ep in TrajectoryDataset(data)])
@@ -191,8 +191,8 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     assert y.tolist() == sim.astype(np.uint8).tolist() and names == obs["task"][:1]
     # replay of episode 0 through an env: the same frames for its first chunk
     ep0 = next(iter(TrajectoryDataset(data)))
-    from wmrl.pipeline import world_model_training as T
-    from wmrl.pipeline.reward_data import _NeverSuccess
+    from wmrl.finetune import world_model as T
+    from wmrl.finetune.reward_data import _NeverSuccess
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
                            _NeverSuccess(), T.episode_initial_states([ep0]),
@@ -228,7 +228,7 @@ def test_foreground_weights_hand_checked():
 
 
 def test_gripper_event_clips_are_drawn_more_often():
-    from wmrl.pipeline.world_model_training import clip_sampling_weights
+    from wmrl.finetune.world_model import clip_sampling_weights
 
     acts = -torch.ones(3, 13, 7)  # gripper open throughout
     acts[1, 8:, 6] = 1.0  # closes mid-chunk: a grasp

@@ -1,0 +1,89 @@
+"""``AlgorithmConfig``: every setting of the update, one typed object (``conf/algorithm``).
+
+Its defaults are the published WoVR recipe and the one source of them: ``conf/algorithm/
+grpo.yaml`` states the same values (a test checks), ``wmrl.schema`` checks a composed config
+against this class before anything starts, and ``GRPOModule`` takes one. The choice lists are
+the code's own (``AGGREGATIONS``, ``ADVANTAGE_SCALES``, ``ESTIMATORS``, ``LR_SCHEDULES``).
+Adding a setting: a field here, its line in grpo.yaml, and its use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, List, Optional
+
+from wmrl.algorithms.advantages import ESTIMATORS
+from wmrl.algorithms.grpo import ADVANTAGE_SCALES, AGGREGATIONS
+from wmrl.algorithms.lr_schedule import LR_SCHEDULES
+from wmrl.errors import ConfigError, require, require_choice, require_positive
+
+
+@dataclass
+class AlgorithmConfig:
+    # optimizer (AdamW) and learning rate over the run's training steps
+    lr: float = 2e-5
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    lr_min_ratio: float = 0.0
+    lr_schedule_steps: Optional[int] = None
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-5
+    weight_decay: float = 0.01
+    grad_clip: Optional[float] = 1.0
+    # the clipped surrogate and its aggregation (wmrl/algorithms/grpo.py)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: Optional[float] = None
+    aggregation: str = "traj-mean"
+    # advantages and the episodes that enter the update (wmrl/algorithms/update.py)
+    adv_estimator: str = "grpo"
+    advantage_scale: str = "group"
+    filter_groups: bool = True
+    return_filter: Optional[List[float]] = None
+    drop_unrepeatable: bool = False
+    kl_coef: float = 0.0
+    # batching: chunk-samples per optimizer step and per forward/backward
+    global_batch: int = 256
+    micro_batch: int = 32
+    update_epochs: int = 1
+    gradient_accumulation: bool = True
+    max_nonfinite_steps: int = 3
+
+    def __post_init__(self) -> None:
+        require_positive("algorithm", self, "lr", "eps", "grad_clip", "global_batch",
+                         "micro_batch", "update_epochs", "max_nonfinite_steps")
+        require_positive("algorithm", self, "weight_decay", "clip_low", "clip_high",
+                         "lr_warmup_steps", "kl_coef", allow_zero=True)
+        require_positive("algorithm", self, "lr_schedule_steps")
+        require_choice("algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        require_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
+        require_choice("algorithm.adv_estimator", self.adv_estimator, tuple(ESTIMATORS))
+        require_choice("algorithm.advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
+        require("algorithm.lr_min_ratio", self.lr_min_ratio, 0 <= self.lr_min_ratio <= 1,
+                "must be in [0, 1] (the cosine schedule's last lr as a fraction of lr)")
+        for i, b in enumerate(self.betas):
+            require(f"algorithm.betas[{i}]", b, 0 <= b < 1, "must be in [0, 1)")
+        if self.return_filter is not None:
+            f = list(self.return_filter)
+            require("algorithm.return_filter", f, len(f) == 2 and f[0] <= f[1],
+                    "must be [low, high] with low <= high (keep groups whose mean return lies "
+                    "in it; RLinf: [0.5, 4.5]) or null")
+        if self.dual_clip is not None:
+            require("algorithm.dual_clip", self.dual_clip, self.dual_clip > 1,
+                    "must be > 1 (the dual-clip bound c of min(max(rA, clip(r)A), cA)) or null")
+
+    @classmethod
+    def of(cls, settings: AlgorithmConfig | Mapping[str, Any] | None) -> AlgorithmConfig:
+        """An ``AlgorithmConfig`` from itself, a mapping of its fields (a config group, a
+        checkpoint's hyper-parameters; ``_target_`` is the module's, ignored) or None (the
+        defaults); an unknown key is a ``ConfigError``."""
+        if settings is None or isinstance(settings, cls):
+            return settings or cls()
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in dict(settings).items() if k != "_target_"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"algorithm.{unknown[0]}: not a setting of the algorithm "
+                              f"(wmrl.algorithms.config.AlgorithmConfig: {sorted(known)})")
+        return cls(**values)

@@ -1,0 +1,8 @@
+"""Honest evaluation of a policy in the simulator. Parts, one file each:
+
+* ``evaluate.py``: success on fixed initial states with Wilson intervals (``scripts/eval.py``,
+  the sim-eval callback);
+* ``policy_checkpoint.py``: a policy from its config with a fit checkpoint's weights over it;
+* ``held_out.py``: runs scored on the held-out scenes (``scripts/score_held_out.py``);
+* ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
+"""
