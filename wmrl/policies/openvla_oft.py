@@ -35,6 +35,7 @@ from wmrl.interfaces import PolicySample
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
+from wmrl.safetensors_shards import INDEX_NAME, write_sharded
 from wmrl.schema import DTYPES, PolicyAttention, PolicySchema, defaults
 
 # backends that honour a 4-D additive mask (no causal mask): the schema's choices
@@ -315,7 +316,9 @@ class OpenVLAOFTPolicy(nn.Module):
                 json.dump(cfg.get("norm_stats") or {}, f, indent=2)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(tmp)
-            save_sharded(self.state_dict(), tmp, max_shard_bytes)
+            # own CPU copies: safetensors refuses tensors that share storage
+            write_sharded(tmp, ((k, v.detach().to("cpu").contiguous().clone())
+                                for k, v in self.state_dict().items()), max_shard_bytes)
             old = None
             if os.path.exists(path):
                 old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
@@ -545,33 +548,6 @@ def _as_dtype(dtype) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} unknown; use one of {sorted(DTYPES)}")
     return getattr(torch, DTYPES[dtype])
-
-
-# ---- safetensors I/O (sharded, HF index layout) ------------------------------------------
-INDEX_NAME = "model.safetensors.index.json"
-
-
-def save_sharded(state: dict[str, torch.Tensor], directory: str, max_shard_bytes: int) -> None:
-    from safetensors.torch import save_file
-
-    shards, cur, size = [], {}, 0
-    for k, v in state.items():
-        nbytes = v.numel() * v.element_size()
-        if cur and size + nbytes > max_shard_bytes:
-            shards.append(cur)
-            cur, size = {}, 0
-        cur[k] = v.detach().to("cpu").contiguous().clone()
-        size += nbytes
-    shards.append(cur)
-    weight_map, total = {}, 0
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(directory, name), metadata={"format": "pt"})
-        for k, v in shard.items():
-            weight_map[k] = name
-            total += v.numel() * v.element_size()
-    with open(os.path.join(directory, INDEX_NAME), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
 LOAD_PROGRESS_BYTES = 1 << 30  # checkpoints from 1 GiB load with a progress bar
