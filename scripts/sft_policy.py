@@ -29,7 +29,8 @@ import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.pipeline import sft  # noqa: E402
 from wmrl.pipeline.dataset import TrajectoryDataset  # noqa: E402
 from wmrl.pipeline.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
-from wmrl.policies.openvla_oft import build_policy, tiny_config  # noqa: E402
+from wmrl.policies.configs import tiny_config  # noqa: E402
+from wmrl.policies.openvla_oft import build_policy  # noqa: E402
 
 
 def select_episodes(ds: TrajectoryDataset, per_task: int | None) -> list:

@@ -24,7 +24,7 @@ from wmrl.fit import build_module, fit
 from wmrl.module import GRPOModule
 from wmrl.pipeline import world_model_training as T
 from wmrl.pipeline.pace import Pace, episode_specs, trained_state
-from wmrl.policies.openvla_oft import tiny_config
+from wmrl.policies.configs import tiny_config
 from wmrl.world_model.action_wan import ActionWanModel
 
 SIZE = 32
