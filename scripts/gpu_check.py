@@ -51,7 +51,7 @@ def emit(row: dict) -> None:
 
 def mid_policy_config() -> dict:
     """The tiny OpenVLA-OFT's vision tower with a ~150M-parameter Llama."""
-    from wmrl.policies.openvla_oft import tiny_config
+    from wmrl.policies.configs import tiny_config
 
     cfg = tiny_config()
     cfg["text_config"].update(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,

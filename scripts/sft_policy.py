@@ -28,7 +28,8 @@ if str(ROOT) not in sys.path:
 import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
 from wmrl.pipeline import sft  # noqa: E402
-from wmrl.policies.openvla_oft import build_policy, tiny_config  # noqa: E402
+from wmrl.policies.configs import tiny_config  # noqa: E402
+from wmrl.policies.openvla_oft import build_policy  # noqa: E402
 from wmrl.sim.dataset import TrajectoryDataset  # noqa: E402
 
 

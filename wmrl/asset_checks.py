@@ -27,12 +27,13 @@ from safetensors import safe_open
 from wmrl.envs.initial_states import FORMAT, TASKS, TENSORS
 from wmrl.errors import ConfigError
 from wmrl.policies import action_tokenizer as at
-from wmrl.policies.openvla_oft import INDEX_NAME, build_policy, build_policy_meta
+from wmrl.policies.openvla_oft import build_policy, build_policy_meta
 from wmrl.rewards.resnet import (
     ResNetSuccessReward,
     TaskResNetSuccessReward,
     build_classifier,
 )
+from wmrl.safetensors_shards import INDEX_NAME
 
 __all__ = ["check_accelerator", "check_assets", "safetensors_shapes"]
 

@@ -25,7 +25,7 @@ from wmrl.finetune import world_model as T
 from wmrl.fit import build_module, fit
 from wmrl.module import GRPOModule
 from wmrl.pace.round import Pace, episode_specs, trained_state
-from wmrl.policies.openvla_oft import tiny_config
+from wmrl.policies.configs import tiny_config
 from wmrl.world_model.action_wan import ActionWanModel
 
 SIZE = 32

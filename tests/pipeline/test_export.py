@@ -20,7 +20,8 @@ from wmrl.config import CONFIG_KEY
 from wmrl.errors import ConfigError
 from wmrl.pace.round import trained_state
 from wmrl.pipeline.export import export_policy, export_world_model
-from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy, tiny_config
+from wmrl.policies.configs import tiny_config
+from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy
 from wmrl.world_model.action_wan import ActionWanModel
 
 STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],

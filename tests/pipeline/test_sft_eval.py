@@ -17,7 +17,8 @@ from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction
 from wmrl.eval.policy_checkpoint import load_policy, policy_state_from_ckpt
 from wmrl.pipeline import sft
 from wmrl.policies.action_tokenizer import ActionStats
-from wmrl.policies.openvla_oft import build_policy, tiny_config
+from wmrl.policies.configs import tiny_config
+from wmrl.policies.openvla_oft import build_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],

@@ -11,8 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from wmrl.interfaces import Policy
 from wmrl.policies import action_tokenizer as at
-from wmrl.policies import openvla_oft
-from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy, tiny_config
+from wmrl.policies import checkpoint
+from wmrl.policies.configs import tiny_config
+from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy
 from wmrl.policies.vit import Block
 
 TASKS = ["pick up the black bowl and place it on the plate", "open the top drawer"]
@@ -186,7 +187,7 @@ def test_a_checkpoint_from_1_gib_loads_with_a_progress_bar(tmp_path, policy, mon
     policy.save_pretrained(str(tmp_path / "ckpt"))
     OpenVLAOFTPolicy.from_pretrained(str(tmp_path / "ckpt"), unnorm_key="libero_spatial_no_noops")
     assert "[load]" not in capsys.readouterr().err  # the tiny policy: quiet
-    monkeypatch.setattr(openvla_oft, "LOAD_PROGRESS_BYTES", 0)  # as if it were 7B
+    monkeypatch.setattr(checkpoint, "LOAD_PROGRESS_BYTES", 0)  # as if it were 7B
     OpenVLAOFTPolicy.from_pretrained(str(tmp_path / "ckpt"), unnorm_key="libero_spatial_no_noops")
     assert f"[load] {tmp_path / 'ckpt'}" in capsys.readouterr().err
 

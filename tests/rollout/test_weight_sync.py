@@ -11,15 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-import wmrl.rollout.weight_sync as ws
-from wmrl.rollout.weight_sync import (
-    DeltaBucket,
-    WeightLayout,
-    WeightReceiver,
-    WeightSender,
-    WeightSyncError,
-    push_weights,
-)
+from wmrl.rollout.weight_sync import codec
+from wmrl.rollout.weight_sync.receiver import WeightReceiver
+from wmrl.rollout.weight_sync.sender import WeightSender, push_weights
+from wmrl.rollout.weight_sync.types import DeltaBucket, WeightLayout, WeightSyncError
 
 
 class TinyPolicy(nn.Module):
@@ -119,7 +114,7 @@ def test_receiver_follows_module_tensors_replaced_by_to():
 
 
 def test_delta_scan_across_chunks_and_tensors(monkeypatch):
-    monkeypatch.setattr(ws, "_SCAN_CHUNK", 4)  # a 10-element tensor spans 3 scan chunks
+    monkeypatch.setattr(codec, "SCAN_CHUNK", 4)  # a 10-element tensor spans 3 scan chunks
     src = {"a": torch.arange(10.0), "b": torch.arange(7.0)}
     dst = {k: torch.zeros_like(v) for k, v in src.items()}
     sender, rx = WeightSender(delta=True, use_object_store=False), WeightReceiver(dst)
@@ -132,7 +127,7 @@ def test_delta_scan_across_chunks_and_tensors(monkeypatch):
     rx.apply(p)
     assert same_bits(src, dst)
     old, new = torch.tensor([1, 2, 3, 4]), torch.tensor([1, 5, 3, 6])
-    assert ws._changed(new, old, None).tolist() == [1, 3]  # the device (torch) branch
+    assert codec.changed(new, old, None).tolist() == [1, 3]  # the device (torch) branch
 
 
 def test_delta_on_wrong_base_and_stale_versions_raise():

@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from wmrl.config import ConfigError, build, validate
 from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
 from wmrl.eval.evaluate import evaluate_policy
-from wmrl.policies.openvla_oft import build_policy, tiny_config
+from wmrl.policies.configs import tiny_config
+from wmrl.policies.openvla_oft import build_policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASK = "libero_spatial/0"

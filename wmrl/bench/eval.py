@@ -16,7 +16,8 @@ def run(episodes: int = EPISODES, num_envs: int = 16,
         max_episode_steps: int = ENV["max_episode_steps"],
         image_size: int = ENV["image_size"][0]) -> list[dict]:
     from wmrl.eval.evaluate import evaluate_policy
-    from wmrl.policies.openvla_oft import build_policy, tiny_config
+    from wmrl.policies.configs import tiny_config
+    from wmrl.policies.openvla_oft import build_policy
 
     cfg = tiny_config(image_size=32)
     cfg["norm_stats"] = {"tabletop": {"action": {"q01": [-1.0] * 6 + [0.0],

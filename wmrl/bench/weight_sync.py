@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from wmrl.rollout.weight_sync import WeightReceiver, WeightSender, push_weights
+from wmrl.rollout.weight_sync.receiver import WeightReceiver
+from wmrl.rollout.weight_sync.sender import WeightSender, push_weights
 
 GIB = 2**30
 

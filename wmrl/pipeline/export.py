@@ -36,10 +36,10 @@ from strategies.checkpoint import load_full_state_dict
 from wmrl.atomic import atomic_dir
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError
+from wmrl.safetensors_shards import INDEX_NAME
 from wmrl.stats import rate_with_interval
 from wmrl.world_model.action_wan import ActionWanModel
 
-INDEX_NAME = "model.safetensors.index.json"
 POLICY_PREFIX = "policy."
 # safetensors' dtype names -> torch's: each tensor is written in its source file's dtype
 SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,

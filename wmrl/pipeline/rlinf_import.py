@@ -39,9 +39,11 @@ from tqdm import tqdm
 
 from wmrl.atomic import atomic_dir, write_text
 from wmrl.envs.initial_states import OPEN_GRIPPER, write_initial_states
+from wmrl.safetensors_shards import write_sharded
 from wmrl.world_model.files import ACTION_WEIGHTS
 
 ACTION_PREFIXES = ("action_mlp1.", "action_mlp2.")
+DIFFUSERS_STEM = "diffusion_pytorch_model"  # diffusers' weight file names
 # original-Wan / DiffSynth name -> diffusers WanTransformer3DModel name (regex, replacement)
 DIT_RENAMES: tuple[tuple[str, str], ...] = (
     (r"^patch_embedding\.", "patch_embedding."),
@@ -231,40 +233,9 @@ def _check_fits(got: dict, expected: dict, what: str) -> None:
                             f"mismatches {[(k, got[k], expected[k]) for k in bad[:3]]}")
 
 
-def _shards(items: Iterator[tuple[str, torch.Tensor]], shard_bytes: int):
-    shard, size = {}, 0
-    for name, t in items:
-        if shard and size + t.numel() * t.element_size() > shard_bytes:
-            yield shard
-            shard, size = {}, 0
-        shard[name] = t.contiguous()
-        size += t.numel() * t.element_size()
-    if shard:
-        yield shard
-
-
-def write_shards(folder: Path, tensors: Iterator[tuple[str, torch.Tensor]],
-                 shard_bytes: int, stem: str = "diffusion_pytorch_model",
-                 count: int | None = None, desc: str = "[import]") -> tuple[int, list[str]]:
-    """diffusers' safetensors layout in ``folder`` (an ``atomic_dir``): one
-    ``<stem>.safetensors``, or shards plus ``<stem>.safetensors.index.json``. Returns (bytes,
-    files); each shard is freed once written, so the peak is about one shard. A progress bar
-    counts the tensors (of ``count``) on stderr: a 5B DiT takes minutes."""
-    weight_map, files, total = {}, [], 0
-    tensors = tqdm(tensors, total=count, desc=desc, unit="tensor",
-                   mininterval=2.0, leave=False)
-    for i, shard in enumerate(_shards(tensors, shard_bytes)):
-        fname = f"{stem}-{i + 1:05d}.safetensors"
-        save_file(shard, str(folder / fname), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, fname))
-        total += sum(t.numel() * t.element_size() for t in shard.values())
-        files.append(fname)
-    if len(files) == 1:  # one file: diffusers' unsharded name
-        (folder / files[0]).replace(folder / f"{stem}.safetensors")
-    else:
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    return total, files
+def _progress(tensors: Iterator[tuple[str, torch.Tensor]], count: int, desc: str):
+    """A progress bar over the tensors on stderr: a 5B DiT takes minutes to write."""
+    return tqdm(tensors, total=count, desc=desc, unit="tensor", mininterval=2.0, leave=False)
 
 
 def plan_dit(shapes: dict[str, tuple[int, ...]], num_heads: int | None = None,
@@ -321,8 +292,9 @@ def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | No
 
     out = Path(out)
     with atomic_dir(out / "transformer") as tdir:
-        total, files = write_shards(tdir, tensors(), shard_bytes, count=len(dit_keys) + len(zeros),
-                                    desc="[import] transformer")
+        total, files = write_sharded(
+            tdir, _progress(tensors(), len(dit_keys) + len(zeros), "[import] transformer"),
+            shard_bytes, stem=DIFFUSERS_STEM, of_total=False)
         (tdir / "config.json").write_text(json.dumps(cfg, indent=2))
     with atomic_dir(out / "action") as adir:
         action = {k: src.get(k).float().contiguous() for k in action_keys}
@@ -453,8 +425,9 @@ def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std
                 f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} latent "
                 "channels)")
     with atomic_dir(Path(out) / "vae") as vdir:
-        total, _ = write_shards(vdir, ((names[k], state[k]) for k in sorted(state)), shard_bytes,
-                                count=len(state), desc="[import] vae")
+        items = ((names[k], state[k]) for k in sorted(state))
+        total, _ = write_sharded(vdir, _progress(items, len(state), "[import] vae"), shard_bytes,
+                                 stem=DIFFUSERS_STEM, of_total=False)
         (vdir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"vae": cfg, "vae_tensors": len(state), "bytes": total}
 

@@ -6,33 +6,30 @@ One forward pass decodes the whole chunk: the sequence is
 action k are read at the position before it (the last prompt token for k = 0), restricted to the
 256 action ids, as in openvla-oft's ``predict_action`` and RLinf's ``default_forward``.
 
-Checkpoint layout = the published HF OpenVLA-OFT one: ``config.json`` (OpenVLAConfig fields),
-``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json`` with keys
-``vision_backbone.featurizer.*`` (DINOv2), ``vision_backbone.fused_featurizer.*`` (SigLIP),
-``projector.fc{1,2,3}.*``, ``language_model.{model.*,lm_head.weight}``, plus
-``dataset_statistics.json`` and the tokenizer files. wmrl-only settings live under the
-``"wmrl"`` key of config.json (absent in upstream files -> LIBERO defaults).
+Configs (``tiny_config``, ``openvla_7b_config``, the wmrl settings) are in
+``wmrl.policies.configs``; the checkpoint layout, read and written, in
+``wmrl.policies.checkpoint``. ``build_policy`` is the Hydra ``_target_``.
 """
 
 from __future__ import annotations
 
 import copy
-import glob
-import json
 import math
 import os
-import re
-import shutil
-import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from strategies.fused import apply_fused_ops, fused_ops_config
 from wmrl.interfaces import PolicySample
 from wmrl.policies import action_tokenizer as at
+from wmrl.policies.checkpoint import (
+    load_safetensors_dir,
+    read_pretrained_config,
+    write_pretrained,
+)
+from wmrl.policies.configs import openvla_7b_config, resolve_config, tiny_config
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
 from wmrl.schema import DTYPES, PolicyAttention, PolicySchema, defaults
@@ -41,103 +38,6 @@ from wmrl.schema import DTYPES, PolicyAttention, PolicySchema, defaults
 SUPPORTED_ATTN = tuple(a.name for a in PolicyAttention)
 # build_policy's defaults are the typed schema's (wmrl/schema.py): one source
 _SETTINGS = defaults(PolicySchema)
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-SIGLIP_MEAN, SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
-
-# wmrl settings (config["wmrl"]); defaults = the LIBERO OFT / WoVR recipe.
-WMRL_DEFAULTS = dict(
-    chunk=8,
-    action_dim=7,
-    num_images_in_input=1,  # 2 = third-person + wrist image (obs["wrist_image"])
-    proprio_dim=0,  # > 0 adds OFT's proprio token from obs["state"] (keys proprio_projector.*)
-    empty_token_id=29871,  # Llama '▁' that follows "Out:" in training data
-    stop_token_id=2,
-    append_stop_token=False,  # RLinf drops it; openvla-oft's predict_action keeps it
-    gripper="libero",  # binarise + invert: -sign(2g - 1)
-    top_k=0,
-    center_crop=False,  # crop 90% area then resize back (openvla-oft's eval option; RLinf's
-    #                     LIBERO rollout does not crop)
-    image_means=[list(IMAGENET_MEAN), list(SIGLIP_MEAN)],
-    image_stds=[list(IMAGENET_STD), list(SIGLIP_STD)],
-    vision_configs=None,  # explicit ViTConfig dicts (tiny models); None = from timm_model_ids
-)
-
-
-def _prismatic_config(image_size: int, vocab_base: int, **llama) -> dict:
-    """The fields of an OpenVLA ``config.json`` that set shapes: fused DINOv2 + SigLIP at
-    ``image_size``, Llama with the vocabulary padded by 64 above ``vocab_base``."""
-    return dict(
-        model_type="openvla",
-        vision_backbone_id="dinosiglip-vit-so-224px",
-        llm_backbone_id="llama2-7b-pure",
-        use_fused_vision_backbone=True,
-        timm_model_ids=["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
-        image_sizes=[image_size, image_size],
-        image_resize_strategy="resize-naive",
-        pad_token_id=vocab_base,
-        pad_to_multiple_of=64,
-        n_action_bins=256,
-        text_config=dict(model_type="llama", vocab_size=vocab_base + 64, rms_norm_eps=1e-6,
-                         pad_token_id=vocab_base, **llama),
-        norm_stats={},
-    )
-
-
-def tiny_config(image_size: int = 32, vocab_base: int = 512) -> dict:
-    """A tiny fused DINOv2+SigLIP / Llama config with real structure (CPU tests, benches)."""
-    dino = ViTConfig(img_size=image_size, patch_size=8, embed_dim=32, depth=2, num_heads=2,
-                     init_values=1e-5, reg_tokens=4, no_embed_class=True)
-    siglip = ViTConfig(img_size=image_size, patch_size=8, embed_dim=48, depth=2, num_heads=2,
-                       mlp_ratio=3.7362, class_token=False, global_pool="map")
-    cfg = _prismatic_config(image_size, vocab_base, hidden_size=64, intermediate_size=128,
-                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                            max_position_embeddings=512)
-    cfg["norm_stats"] = {"libero_spatial_no_noops": {"action": {
-        "q01": [-0.75, -0.75, -0.9, -0.1, -0.15, -0.2, 0.0],
-        "q99": [0.9, 0.85, 0.95, 0.15, 0.2, 0.3, 1.0],
-        "mask": [True] * 6 + [False],
-    }}}
-    cfg["wmrl"] = dict(WMRL_DEFAULTS, empty_token_id=3,
-                       vision_configs=[dino.to_dict(), siglip.to_dict()])
-    return cfg
-
-
-def openvla_7b_config() -> dict:
-    """The architecture of the published OpenVLA-7B / OpenVLA-OFT checkpoints (fused DINOv2
-    ViT-L/14-reg4 + SigLIP so400m/14 at 224 px, fused-GELU MLP projector, Llama-2-7B with the
-    vocabulary padded from 32000 to 32064). No ``norm_stats``: it describes shapes only
-    (``build_policy_meta`` builds it on the meta device when no checkpoint directory is at
-    hand, e.g. ``scripts/plan.py``)."""
-    return _prismatic_config(224, 32000, hidden_size=4096, intermediate_size=11008,
-                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-                             max_position_embeddings=2048)
-
-
-# openvla-oft saves its continuous heads beside the backbone as "<module>--<step>_checkpoint.pt"
-# (e.g. action_head--150000_checkpoint.pt); its loader finds them by name the same way.
-_SIDE_HEAD_RE = re.compile(
-    r"^(action_head|proprio_projector|noisy_action_projector)--.*checkpoint.*\.pt$")
-
-
-def check_token_checkpoint(path: str) -> None:
-    """Refuse openvla-oft's L1-regression (and diffusion) releases.
-
-    Those keep a separate continuous action head (and proprio projector) beside the backbone; the
-    backbone's keys load into this token model, but its actions would come from the language
-    model's (untrained) action-token logits, not from the head the checkpoint was trained with.
-    """
-    found = sorted(f for f in os.listdir(path) if _SIDE_HEAD_RE.match(f))
-    if found:
-        raise ValueError(
-            f"{path} is an openvla-oft continuous-action release (L1 regression or diffusion): "
-            f"it keeps {', '.join(found)} beside the backbone. wmrl's OpenVLA-OFT policy "
-            "decodes discrete action tokens from the language model head, so this checkpoint "
-            "would load by key but not reproduce its actions (the separate action head and "
-            "proprio projector would be ignored). Use a discrete action-token OpenVLA-OFT "
-            "checkpoint instead: RLinf's OpenVLA-OFT LIBERO SFT/RL releases (e.g. "
-            "Haozhan72/Openvla-oft-SFT-libero-spatial-traj1 or the RL-trained RLinf "
-            "OpenVLA-OFT LIBERO checkpoints). If this directory's backbone really is a token "
-            "model, move those files out of it.")
 
 
 class PrismaticVisionBackbone(nn.Module):
@@ -196,17 +96,6 @@ class ProprioProjector(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
-def _resolve(config: dict) -> tuple[dict, dict]:
-    config = copy.deepcopy(dict(config))
-    for key in ("text_config", "n_action_bins", "pad_to_multiple_of"):
-        if key not in config:
-            raise KeyError(f"policy config is missing {key!r} (OpenVLAConfig field)")
-    wm = dict(WMRL_DEFAULTS)
-    wm.update(config.get("wmrl") or {})
-    config["wmrl"] = wm
-    return config, wm
-
-
 class OpenVLAOFTPolicy(nn.Module):
     """``Policy`` (wmrl.interfaces): ``sample`` / ``log_probs`` over 8x7 action-bin tokens."""
 
@@ -216,7 +105,7 @@ class OpenVLAOFTPolicy(nn.Module):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        self.config, wm = _resolve(config)
+        self.config, wm = resolve_config(config)
         cfg = self.config
         self.chunk, self.action_dim = int(wm["chunk"]), int(wm["action_dim"])
         self.n_bins = int(cfg["n_action_bins"])
@@ -300,32 +189,8 @@ class OpenVLAOFTPolicy(nn.Module):
         self._std = torch.tensor(wm["image_stds"][:k]).view(-1, 3, 1, 1)
 
     def save_pretrained(self, path: str, max_shard_bytes: int = 5 * 2**30) -> None:
-        """Write the upstream layout atomically (built in a temp dir, then renamed)."""
-        path = os.path.abspath(path)
-        parent = os.path.dirname(path)
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-        try:
-            cfg = copy.deepcopy(self.config)
-            cfg["model_type"] = "openvla"
-            cfg["architectures"] = ["OpenVLAForActionPrediction"]
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(cfg, f, indent=2)
-            with open(os.path.join(tmp, "dataset_statistics.json"), "w") as f:
-                json.dump(cfg.get("norm_stats") or {}, f, indent=2)
-            if self.tokenizer is not None:
-                self.tokenizer.save_pretrained(tmp)
-            save_sharded(self.state_dict(), tmp, max_shard_bytes)
-            old = None
-            if os.path.exists(path):
-                old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
-                os.replace(path, os.path.join(old, "x"))
-            os.replace(tmp, path)
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
-        finally:
-            if os.path.exists(tmp):
-                shutil.rmtree(tmp, ignore_errors=True)
+        """Write the upstream layout atomically (``checkpoint.write_pretrained``)."""
+        write_pretrained(path, self.config, self.state_dict(), self.tokenizer, max_shard_bytes)
 
     # ---- switches -----------------------------------------------------------------------
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
@@ -497,36 +362,6 @@ class OpenVLAOFTPolicy(nn.Module):
         return (lp, at.entropy_from_logprobs(logp)) if return_entropy else lp
 
 
-def read_pretrained_config(path: str, overrides: dict | None = None) -> dict:
-    """The policy config of a local checkpoint directory: ``config.json`` with the entries of
-    ``dataset_statistics.json`` (they win) and ``preprocessor_config.json`` pixel statistics,
-    plus ``overrides`` of the wmrl settings. Refuses openvla-oft's continuous-action releases
-    (``check_token_checkpoint``)."""
-    cfg_path = os.path.join(path, "config.json")
-    if not os.path.isfile(cfg_path):
-        raise FileNotFoundError(f"{cfg_path} not found: pretrained_path must be a local "
-                                "OpenVLA-OFT checkpoint directory")
-    check_token_checkpoint(path)
-    with open(cfg_path) as f:
-        config = json.load(f)
-    if config.get("model_type") not in ("openvla", "prismatic", None):
-        raise ValueError(f"{cfg_path}: model_type {config.get('model_type')!r} is not openvla")
-    stats_path = os.path.join(path, "dataset_statistics.json")
-    if os.path.isfile(stats_path):  # RLinf/OFT: the file's entries override config norm_stats
-        with open(stats_path) as f:
-            config["norm_stats"] = {**(config.get("norm_stats") or {}), **json.load(f)}
-    pre_path = os.path.join(path, "preprocessor_config.json")
-    wm = dict(config.get("wmrl") or {})
-    if os.path.isfile(pre_path) and "image_means" not in wm:
-        with open(pre_path) as f:
-            pre = json.load(f)
-        if "means" in pre and "stds" in pre:
-            wm["image_means"], wm["image_stds"] = pre["means"], pre["stds"]
-    wm.update(overrides or {})
-    config["wmrl"] = wm
-    return config
-
-
 def resize_like_rlinf(x: torch.Tensor, size: int) -> torch.Tensor:
     """uint8 values as float [B, 3, H, W] -> [B, 3, size, size], rounded back to uint8 values.
 
@@ -545,81 +380,6 @@ def _as_dtype(dtype) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} unknown; use one of {sorted(DTYPES)}")
     return getattr(torch, DTYPES[dtype])
-
-
-# ---- safetensors I/O (sharded, HF index layout) ------------------------------------------
-INDEX_NAME = "model.safetensors.index.json"
-
-
-def save_sharded(state: dict[str, torch.Tensor], directory: str, max_shard_bytes: int) -> None:
-    from safetensors.torch import save_file
-
-    shards, cur, size = [], {}, 0
-    for k, v in state.items():
-        nbytes = v.numel() * v.element_size()
-        if cur and size + nbytes > max_shard_bytes:
-            shards.append(cur)
-            cur, size = {}, 0
-        cur[k] = v.detach().to("cpu").contiguous().clone()
-        size += nbytes
-    shards.append(cur)
-    weight_map, total = {}, 0
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(directory, name), metadata={"format": "pt"})
-        for k, v in shard.items():
-            weight_map[k] = name
-            total += v.numel() * v.element_size()
-    with open(os.path.join(directory, INDEX_NAME), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-
-
-LOAD_PROGRESS_BYTES = 1 << 30  # checkpoints from 1 GiB load with a progress bar
-
-
-def load_safetensors_dir(model: nn.Module, directory: str,
-                         ignore_key_prefixes: tuple[str, ...] = ()) -> None:
-    """Strict load: a missing / unexpected key or a wrong shape is an error naming the key."""
-    from safetensors import safe_open
-
-    index = os.path.join(directory, INDEX_NAME)
-    if os.path.isfile(index):
-        with open(index) as f:
-            weight_map = json.load(f)["weight_map"]
-    else:
-        files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
-        if not files:
-            raise FileNotFoundError(f"no {INDEX_NAME} or *.safetensors in {directory}")
-        weight_map = {}
-        for fn in files:
-            with safe_open(fn, framework="pt") as f:
-                weight_map.update({k: os.path.basename(fn) for k in f.keys()})
-    weight_map = {k: v for k, v in weight_map.items()
-                  if not any(k.startswith(p) for p in ignore_key_prefixes)}
-    params = model.state_dict(keep_vars=True)
-    missing = sorted(set(params) - set(weight_map))
-    unexpected = sorted(set(weight_map) - set(params))
-    if missing or unexpected:
-        raise KeyError(f"checkpoint {directory} does not match the model: missing keys "
-                       f"{missing[:10]}{' ...' if len(missing) > 10 else ''}, unexpected keys "
-                       f"{unexpected[:10]}{' ...' if len(unexpected) > 10 else ''}")
-    by_file: dict[str, list[str]] = {}
-    for k, fn in weight_map.items():
-        by_file.setdefault(fn, []).append(k)
-    size = sum(params[k].numel() * params[k].element_size() for k in weight_map)
-    # a bar for a real checkpoint (a 7B policy loads for minutes), none for the tiny ones
-    bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"[load] {directory}",
-               mininterval=2.0, leave=False, disable=size < LOAD_PROGRESS_BYTES)
-    with torch.no_grad(), bar:
-        for fn, keys in by_file.items():
-            with safe_open(os.path.join(directory, fn), framework="pt") as f:
-                for k in keys:
-                    shape = tuple(f.get_slice(k).get_shape())
-                    if shape != tuple(params[k].shape):
-                        raise ValueError(f"checkpoint key {k!r} has shape {shape}, the model "
-                                         f"expects {tuple(params[k].shape)}")
-                    params[k].copy_(f.get_tensor(k))
-                    bar.update(params[k].numel() * params[k].element_size())
 
 
 def build_policy(pretrained_path: str | None = None, config: dict | None = None,

@@ -23,7 +23,7 @@ import torch
 
 from wmrl.rollout.actor_pool import ActorPool, first_line
 from wmrl.rollout.sync_group import SyncGroup, free_port
-from wmrl.rollout.weight_sync import WeightSender, push_weights
+from wmrl.rollout.weight_sync.sender import WeightSender, push_weights
 
 log = logging.getLogger(__name__)
 

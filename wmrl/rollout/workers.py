@@ -28,7 +28,8 @@ from strategies import devices
 from wmrl.config import build
 from wmrl.rollout.placement import resolve_device
 from wmrl.rollout.sync_group import SyncGroup
-from wmrl.rollout.weight_sync import SyncPayload, WeightReceiver
+from wmrl.rollout.weight_sync.receiver import WeightReceiver
+from wmrl.rollout.weight_sync.types import SyncPayload
 from wmrl.tracing import Tracer
 
 MAX_REDRAWS = 3  # re-draws of a sample with non-finite log-probs before giving up
