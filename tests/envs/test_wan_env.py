@@ -199,6 +199,7 @@ def test_state_dict_restores_rng_and_episode(states_dir):
     env.onload()
     other = make_env(states_dir, seed=99)
     other.load_state_dict(sd)
+    assert torch.equal(other._check_rng.get_state(), sd["check_rng"])  # resample_check's stream
     b = other.chunk_step(actions(1))
     assert torch.equal(a[0]["image"], b[0]["image"]) and torch.equal(a[1], b[1])
     assert a[0]["task"] == b[0]["task"]

@@ -446,8 +446,7 @@ class WanWorldModelEnv:
         self.onload()
         self._reset_rng.set_state(sd["reset_rng"])
         self._noise_rng.set_state(sd["noise_rng"])
-        if "check_rng" in sd:
-            self._check_rng.set_state(sd["check_rng"])
+        self._check_rng.set_state(sd["check_rng"])
         self._has_reset = sd["has_reset"]
         if not self._has_reset:
             return
