@@ -8,6 +8,7 @@ import math
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -15,6 +16,7 @@ from safetensors.torch import save_file
 from wmrl.interfaces import RewardModel
 from wmrl.pipeline.reward_evaluation import (
     binary_metrics,
+    confusion_counts,
     ranking_metrics,
     reward_report,
     score_histogram,
@@ -130,6 +132,14 @@ def test_pickles_without_weights_and_rebuilds_identically():
 
 
 # -- evaluation utilities ---------------------------------------------------------------
+def test_confusion_counts_by_hand():
+    # pairs (pred, label): (1,1) (1,0) (0,0) (0,1) (1,1) -> tp 2, fp 1, tn 1, fn 1
+    pred, label = np.array([1, 1, 0, 0, 1], bool), np.array([1, 0, 0, 1, 1], bool)
+    assert confusion_counts(pred, label) == (2, 1, 1, 1)
+    assert confusion_counts(torch.from_numpy(pred).long(), torch.from_numpy(label)) == (2, 1, 1, 1)
+    assert confusion_counts(np.zeros(0, bool), np.zeros(0, bool)) == (0, 0, 0, 0)
+
+
 def test_binary_metrics_by_hand():
     m = binary_metrics(torch.tensor([0.9, 0.8, 0.2, 0.6]), torch.tensor([1, 0, 0, 1]))
     assert (m["tp"], m["fp"], m["fn"], m["tn"]) == (2, 1, 0, 1)
