@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from toys import assert_reward_contract
 
-from wmrl.interfaces import RewardModel
 from wmrl.pipeline.reward_evaluation import (
     binary_metrics,
     confusion_counts,
@@ -77,7 +77,7 @@ def test_loads_reference_pth_and_scores_each_frame(tmp_path):
     torch.save({"model_state_dict": net.state_dict(), "epoch": 3}, tmp_path / "resnet_rm.pth")
     reward = ResNetSuccessReward(checkpoint=str(tmp_path / "resnet_rm.pth"), config=TINY,
                                  round=False)
-    assert isinstance(reward, RewardModel)
+    assert_reward_contract(reward, ["a", "b"])
     f = frames(2, 3)
     scores = reward(f, ["a", "b"])
     assert scores.shape == (2, 3) and scores.dtype == torch.float32
@@ -263,6 +263,8 @@ def test_reward_configs_instantiate_lazily():
     with initialize_config_dir(config_dir=str(ROOT / "conf/reward"), version_base="1.3"):
         for name in ("resnet", "resnet_task", "topreward"):
             reward = instantiate(compose(name))
-            assert isinstance(reward, RewardModel) and not reward.is_built
+            assert not reward.is_built
             pickle.loads(pickle.dumps(reward))
+            # builds it: tasks of the task-conditioned reward's list, 64 px for the VLM's patches
+            assert_reward_contract(reward, getattr(reward, "tasks", TASKS)[:2], height=64)
     assert reward.window == 16 and reward.threshold == 0.46
