@@ -19,8 +19,9 @@ report:
   ``variance_epsilon`` or ``eps``, no bias) gets the same ``FusedRMSNorm`` forward on the
   instance; a module whose *undecorated* class ``forward`` calls a module-level
   ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` gets an instance forward: a copy of
-  that function whose globals map the name to the fused version. A decorated forward without
-  hooks is refused (re-creating a decorator's closure is what broke on transformers 5.25).
+  that function whose globals map the name to the fused version (``fused_probe.py``). A
+  decorated forward without hooks is refused (re-creating a decorator's closure is what broke on
+  transformers 5.25).
 
 Both paths probe first, on random fp32 data and a random weight, that the eager op computes the
 standard formula (``weight * x / rms(x)``; ``q * cos + rotate_half(q) * sin``): Gemma's
@@ -36,26 +37,54 @@ and eager elsewhere (``kernels={"rotary": fn}`` for your own, e.g.
 ``torch.compile(rotary_reference)``). Parameters, state-dict keys, module classes and FSDP
 wrapping are untouched; the fused forwards survive ``copy.deepcopy`` and pickling;
 ``remove_fused_ops(model)`` restores eager.
+
+Files: this module holds the entry points, the report, the fused layers and the hooks path;
+``fused_kernels.py`` the kernels per device, the call-time dispatch both paths share and the
+probes of the eager math; ``fused_probe.py`` the probe path's function rebinding for rotary.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
-import inspect
 import logging
-import sys
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from strategies import devices
+from strategies.fused_kernels import (
+    DEFAULT_KERNELS,
+    FUSED_ATTR,
+    KERNELS,
+    FusedChoice,
+    Refused,
+    kernel_name,
+    kernels_for,
+    npu_rms_norm,
+    npu_rotary_mul,
+    probe_rms_norm,
+    probe_rotary,
+    rms_norm_eps_attr,
+    rotary_call,
+    rotary_reference,
+    rotate_half,
+    torch_rms_norm,
+)
+from strategies.fused_probe import RotaryForward, fuse_custom_rotary, rotary_name
+
+# the kernels and fused-choice names live in fused_kernels.py; they are part of this API too
+__all__ = [
+    "DEFAULT_KERNELS", "FUSED_ATTR", "HOOK_NAMES", "KERNELS", "KERNELS_DEVICE_TYPES", "LAYERS",
+    "OPS", "ROTARY_NAMES", "FusedChoice", "FusedOpsReport", "FusedRMSNorm", "FusedRotary",
+    "InProcessLayer", "apply_fused_ops", "fused_ops_config", "kernel_name", "kernels_device_type",
+    "kernels_for", "npu_rms_norm", "npu_rotary_mul", "remove_fused_ops", "resolve_device_type",
+    "rotary_reference", "rotate_half", "torch_rms_norm",
+]
 
 OPS = ("rms_norm", "rotary")
 ROTARY_NAMES = ("apply_rotary_pos_emb",)
@@ -63,56 +92,6 @@ ROTARY_NAMES = ("apply_rotary_pos_emb",)
 HOOK_NAMES = {"rms_norm": ("RMSNorm",), "rotary": ("rotary_pos_emb",)}
 # device types the kernels library knows (kernels.kernelize validates against these)
 KERNELS_DEVICE_TYPES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu")
-
-
-# ---- kernels -----------------------------------------------------------------------------
-# rms_norm kernel: (x, weight, eps) -> weight * x / sqrt(mean(x^2, -1) + eps), in x's dtype.
-# rotary kernel: (x, cos, sin) -> x * cos + rotate_half(x) * sin, cos/sin broadcastable to x.
-
-
-def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.rms_norm(x, (weight.shape[-1],), weight, eps)
-
-
-def npu_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return sys.modules["torch_npu"].npu_rms_norm(x, weight, epsilon=eps)[0]
-
-
-def npu_rotary_mul(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return sys.modules["torch_npu"].npu_rotary_mul(x, cos, sin)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The eager rotary math (the probe's reference; also a kernel to wrap in torch.compile)."""
-    return x * cos + rotate_half(x) * sin
-
-
-torch_rms_norm.kernel = "torch.nn.functional.rms_norm"
-npu_rms_norm.kernel = "torch_npu.npu_rms_norm"
-npu_rotary_mul.kernel = "torch_npu.npu_rotary_mul"
-rotary_reference.kernel = "eager rotary (strategies.fused.rotary_reference)"
-
-KERNELS: dict[str, dict[str, Callable | None]] = {
-    "npu": {"rms_norm": npu_rms_norm, "rotary": npu_rotary_mul},
-}
-DEFAULT_KERNELS: dict[str, Callable | None] = {"rms_norm": torch_rms_norm, "rotary": None}
-
-
-def kernels_for(device_type: str) -> dict[str, Callable | None]:
-    """op -> kernel for ``device_type`` (None: no fused kernel, the eager op stays)."""
-    return dict(KERNELS.get(device_type, DEFAULT_KERNELS))
-
-
-def kernel_name(fn: Callable | None) -> str | None:
-    if fn is None:
-        return None
-    return getattr(fn, "kernel", None) or f"{getattr(fn, '__module__', '?')}." \
-        f"{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def resolve_device_type(device_type: str | torch.device | None = "auto") -> str:
@@ -178,25 +157,7 @@ class FusedOpsReport:
     __str__ = summary
 
 
-class _Refused(Exception):
-    """A candidate module that is not swapped (the message is the report's reason)."""
-
-
 # ---- the fused layers (stateless, as kernels requires; picklable by reference) -------------
-@dataclass(frozen=True)
-class FusedChoice:
-    """What a fused module runs: the kernel, for tensors on ``device_type``; ``eps_attr`` names
-    the module's epsilon. Kept on the module instance (``FUSED_ATTR``), so copies keep it."""
-
-    op: str
-    kernel: Callable
-    device_type: str
-    eps_attr: str | None = None
-
-
-FUSED_ATTR = "_strategies_fused"
-
-
 class FusedRMSNorm(nn.Module):
     """The fused RMSNorm forward (bound to an RMSNorm module by kernelize or the probe path)."""
 
@@ -212,16 +173,6 @@ class FusedRMSNorm(nn.Module):
         return choice.kernel(hidden_states, w, float(eps))
 
 
-def _rotary(choice: FusedChoice, eager: Callable, q, k, cos, sin, unsqueeze_dim=1):
-    """``apply_rotary_pos_emb`` through ``choice.kernel`` on q and on k; ``eager`` for tensors
-    on another device or a partial-width rotary."""
-    if (q.device.type != choice.device_type or cos.shape[-1] != q.shape[-1]
-            or k.shape[-1] != q.shape[-1]):
-        return eager(q, k, cos, sin, unsqueeze_dim)
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return choice.kernel(q, cos, sin), choice.kernel(k, cos, sin)
-
-
 class FusedRotary(nn.Module):
     """The fused ``apply_rotary_pos_emb`` (bound to transformers' per-instance rotary wrapper)."""
 
@@ -230,7 +181,7 @@ class FusedRotary(nn.Module):
         choice = self.__dict__.get(FUSED_ATTR)
         if choice is None:
             return eager(q, k, cos, sin, unsqueeze_dim)
-        return _rotary(choice, eager, q, k, cos, sin, unsqueeze_dim)
+        return rotary_call(choice, eager, q, k, cos, sin, unsqueeze_dim)
 
 
 LAYERS = {"rms_norm": FusedRMSNorm, "rotary": FusedRotary}
@@ -262,72 +213,6 @@ def _kernels_lib():
     except ImportError:
         return None
     return kernels
-
-
-# ---- probes --------------------------------------------------------------------------------
-def _rms_norm_eps_attr(module: nn.Module) -> str:
-    """The eps attribute name of an RMSNorm-like module; raises _Refused with the reason."""
-    w = getattr(module, "weight", None)
-    if not isinstance(w, torch.Tensor) or w.ndim != 1:
-        raise _Refused("no 1-D weight (elementwise_affine=False?)")
-    if getattr(module, "bias", None) is not None:
-        raise _Refused("has a bias")
-    params = list(inspect.signature(type(module).forward).parameters)[1:]
-    if len(params) != 1:  # kernels checks a layer's signature only against the first class
-        raise _Refused(f"forward takes {params}, not one input")
-    for attr in ("variance_epsilon", "eps"):
-        if hasattr(module, attr):
-            return attr
-    raise _Refused("no variance_epsilon / eps attribute")
-
-
-def _probe_rms_norm(module: nn.Module, eps_attr: str) -> None:
-    """The class forward computes weight * x / rms(x) (random fp32 weight and input)."""
-    w = module.weight
-    if w.device.type == "meta":
-        raise _Refused("weights on the meta device (apply after loading them)")
-    g = torch.Generator(device="cpu").manual_seed(0)
-    hidden = w.shape[0]
-    x = torch.randn(3, hidden, generator=g).to(w.device)
-    rw = (torch.rand(hidden, generator=g) + 0.5).to(w.device)
-    probe = copy.copy(module)  # shallow: the class forward on a private random weight
-    probe._parameters = dict(module._parameters)
-    probe._parameters["weight"] = nn.Parameter(rw, requires_grad=False)
-    eps = getattr(module, eps_attr)
-    eps = torch.finfo(torch.float32).eps if eps is None else float(eps)
-    try:
-        with torch.no_grad():
-            got = type(module).forward(probe, x)
-    except Exception as err:  # noqa: BLE001 - any failure means: not a plain RMSNorm
-        raise _Refused(f"eager forward failed on a probe ({type(err).__name__}: {err})") from None
-    want = rw * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    if not (isinstance(got, torch.Tensor) and got.shape == want.shape
-            and torch.allclose(got.float(), want, rtol=1e-4, atol=1e-5)):
-        raise _Refused("eager forward is not weight * x / rms(x) (e.g. Gemma's 1 + weight)")
-
-
-def _probe_rotary(fn: Callable) -> None:
-    """``fn(q, k, cos, sin, unsqueeze_dim=1)`` computes the rotate-half rotary on q and k."""
-    try:  # a function, or transformers' hooked one (an nn.Module: its forward's signature)
-        params = list(inspect.signature(fn.forward if isinstance(fn, nn.Module) else fn)
-                      .parameters)
-    except (TypeError, ValueError):
-        params = []
-    if params != ["q", "k", "cos", "sin", "unsqueeze_dim"]:
-        raise _Refused(f"signature {params} is not (q, k, cos, sin, unsqueeze_dim)")
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 2, 3, 8, generator=g), torch.randn(2, 2, 3, 8, generator=g)
-    cos, sin = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)
-    try:
-        with torch.no_grad():
-            got = fn(q, k, cos, sin)
-    except Exception as err:  # noqa: BLE001
-        raise _Refused(f"rotary failed on a probe ({type(err).__name__}: {err})") from None
-    c, s = cos[:, None], sin[:, None]
-    want = (rotary_reference(q, c, s), rotary_reference(k, c, s))
-    if not (isinstance(got, tuple) and len(got) == 2
-            and all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, want))):
-        raise _Refused("rotary is not q * cos + rotate_half(q) * sin (interleaved / partial?)")
 
 
 # ---- the hooks path ------------------------------------------------------------------------
@@ -368,64 +253,11 @@ def _kernelized(lib, module: nn.Module) -> bool:
     return "" in lib.get_kernelized_layers(module).layers
 
 
-# ---- the probe path for rotary (undecorated custom forwards) -------------------------------
-def _rotary_name(forward: Callable, names: Iterable[str]) -> str | None:
-    inner = inspect.unwrap(forward)  # a decorated forward is found, then refused
-    code = getattr(inner, "__code__", None)
-    if code is None:
-        return None
-    for name in names:
-        if name in code.co_names and callable(inner.__globals__.get(name)):
-            return name
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _fused_rotary(original: Callable, kernel: Callable, device_type: str) -> Callable:
-    """A drop-in ``apply_rotary_pos_emb`` that runs ``kernel`` on q and k."""
-    choice = FusedChoice("rotary", kernel, device_type)
-
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        return _rotary(choice, original, q, k, cos, sin, unsqueeze_dim)
-
-    apply_rotary_pos_emb.kernel = kernel_name(kernel)
-    return apply_rotary_pos_emb
-
-
-@functools.lru_cache(maxsize=None)
-def _rebound_forward(forward: types.FunctionType, name: str, kernel: Callable,
-                     device_type: str) -> types.FunctionType:
-    """A copy of the class's plain ``forward`` whose global ``name`` is the fused rotary."""
-    fused = _fused_rotary(forward.__globals__[name], kernel, device_type)
-    new = types.FunctionType(forward.__code__, {**forward.__globals__, name: fused},
-                             forward.__name__, forward.__defaults__, forward.__closure__)
-    new.__kwdefaults__ = copy.copy(forward.__kwdefaults__)
-    for attr in ("__qualname__", "__doc__", "__module__", "__annotations__"):
-        setattr(new, attr, getattr(forward, attr))
-    return new
-
-
-class _RotaryForward:
-    """Instance-level ``forward`` of a custom attention module (probe path). Pickles as
-    (module, name, kernel); the function is rebuilt on demand."""
-
-    def __init__(self, module: nn.Module, name: str, kernel: Callable, device_type: str):
-        self.module, self.name, self.kernel, self.device_type = module, name, kernel, device_type
-
-    @property
-    def function(self) -> types.FunctionType:
-        return _rebound_forward(type(self.module).forward, self.name, self.kernel,
-                                self.device_type)
-
-    def __call__(self, *args, **kwargs):
-        return self.function(self.module, *args, **kwargs)
-
-
 # ---- entry points ------------------------------------------------------------------------
 def _is_fused(module: nn.Module) -> bool:
     """Whether ``module`` runs a fused forward set by ``apply_fused_ops`` (either path)."""
     fwd = module.__dict__.get("forward")
-    return isinstance(fwd, _RotaryForward) or getattr(fwd, "__func__", None) in (
+    return isinstance(fwd, RotaryForward) or getattr(fwd, "__func__", None) in (
         FusedRMSNorm.forward, FusedRotary.forward) or getattr(fwd, "func", None) is \
         FusedRMSNorm.forward
 
@@ -433,23 +265,23 @@ def _is_fused(module: nn.Module) -> bool:
 def _kernelize_checked(lib, module: nn.Module, choice: FusedChoice, layer_name: str,
                        kdev: str) -> None:
     """kernels.kernelize ``module`` to run ``choice``, verified with kernels' own inspection;
-    raises _Refused (and leaves the module eager) when kernels refuses or replaces nothing."""
+    raises Refused (and leaves the module eager) when kernels refuses or replaces nothing."""
     module.__dict__[FUSED_ATTR] = choice
     try:
         _kernelize(lib, module, choice.op, layer_name, kdev)
         if not _kernelized(lib, module):
-            raise _Refused("kernels.kernelize left the eager forward in place")
+            raise Refused("kernels.kernelize left the eager forward in place")
     except Exception as err:  # noqa: BLE001 - e.g. kernels' signature check refused our layer
         del module.__dict__[FUSED_ATTR]
-        if isinstance(err, _Refused):
+        if isinstance(err, Refused):
             raise
-        raise _Refused(f"kernels.kernelize refused it ({type(err).__name__}: {err})") from None
+        raise Refused(f"kernels.kernelize refused it ({type(err).__name__}: {err})") from None
 
 
 def _fuse_norm(lib, module: nn.Module, kernel: Callable, dev: str, kdev: str | None) -> str:
-    """Probe one RMSNorm-like module and fuse it; returns the path taken (or raises _Refused)."""
-    eps_attr = _rms_norm_eps_attr(module)
-    _probe_rms_norm(module, eps_attr)
+    """Probe one RMSNorm-like module and fuse it; returns the path taken (or raises Refused)."""
+    eps_attr = rms_norm_eps_attr(module)
+    probe_rms_norm(module, eps_attr)
     choice = FusedChoice("rms_norm", kernel, dev, eps_attr)
     hook = _hook_name(module, "rms_norm") if lib is not None else None
     if hook and kdev:
@@ -465,26 +297,14 @@ def _fuse_norm(lib, module: nn.Module, kernel: Callable, dev: str, kdev: str | N
 def _fuse_hooked_rotary(lib, func: nn.Module, kernel: Callable, dev: str, kdev: str | None,
                         probe: Callable) -> str:
     """Fuse transformers' per-instance rotary wrapper ``func`` through kernels.kernelize, after
-    ``probe`` of its eager function; raises _Refused."""
+    ``probe`` of its eager function; raises Refused."""
     if not kdev:
-        raise _Refused(f"kernels has no device type {dev!r}")
+        raise Refused(f"kernels has no device type {dev!r}")
     probe(types.MethodType(type(func).forward, func))  # the eager apply_rotary_pos_emb
     _kernelize_checked(lib, func, FusedChoice("rotary", kernel, dev), _hook_name(func, "rotary"),
                        kdev)
     return "hooks"
 
-
-def _fuse_custom_rotary(module: nn.Module, name: str, kernel: Callable, dev: str,
-                        probe: Callable) -> str:
-    """Probe path: an undecorated class forward calling a module-level rotary ``name``."""
-    forward = type(module).forward
-    if hasattr(forward, "__wrapped__"):
-        raise _Refused(f"{forward.__qualname__} is decorated and its class has no kernel "
-                       "hooks: not swapped")
-    probe(forward.__globals__[name])
-    _rebound_forward(forward, name, kernel, dev)
-    module.forward = _RotaryForward(module, name, kernel, dev)
-    return "probe"
 
 
 def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "auto",
@@ -519,22 +339,22 @@ def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "
     hooked = {op: 0 for op in ops}  # modules carrying transformers' hooks, per op
     probed: dict = {}  # eager rotary -> None (the standard formula) or the refusal reason
 
-    def probe_rotary(fn: Callable) -> None:
+    def probe_rotary_once(fn: Callable) -> None:
         key = getattr(fn, "__func__", fn)  # one probe per function, not per bound wrapper
         if key not in probed:
             try:
-                _probe_rotary(fn)
+                probe_rotary(fn)
                 probed[key] = None
-            except _Refused as why:
+            except Refused as why:
                 probed[key] = str(why)
         if probed[key] is not None:
-            raise _Refused(probed[key])
+            raise Refused(probed[key])
 
     def attempt(op: str, mod_name: str, fuse: Callable[..., str], *args) -> None:
         key = f"{op}:{mod_name}"
         try:
             report.path[key] = fuse(*args)
-        except _Refused as why:
+        except Refused as why:
             report.skipped[key] = str(why)
             return
         report.replaced[op].append(mod_name)
@@ -548,15 +368,15 @@ def apply_fused_ops(model: nn.Module, device_type: str | torch.device | None = "
                 hooked["rotary"] += 1
                 if not _is_fused(func):
                     attempt("rotary", mod_name, _fuse_hooked_rotary, lib, func, rotary_kernel,
-                            dev, kdev, probe_rotary)
+                            dev, kdev, probe_rotary_once)
             hook = _hook_name(module, "rms_norm") if lib is not None else None
             if norm_kernel and (hook or type(module).__name__.endswith("RMSNorm")):
                 hooked["rms_norm"] += bool(hook)
                 op, fuse, args = "rms_norm", _fuse_norm, (lib, module, norm_kernel, dev, kdev)
             elif rotary_kernel and not hooked_rotaries and (
-                    rotary := _rotary_name(type(module).forward, names)):
-                op, fuse = "rotary", _fuse_custom_rotary
-                args = (module, rotary, rotary_kernel, dev, probe_rotary)
+                    rotary := rotary_name(type(module).forward, names)):
+                op, fuse = "rotary", fuse_custom_rotary
+                args = (module, rotary, rotary_kernel, dev, probe_rotary_once)
             else:
                 continue
             if "forward" in module.__dict__:  # someone else's instance forward (hooks, adapters)

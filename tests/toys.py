@@ -6,6 +6,7 @@ the image shows the targets as pixel intensities. The episode succeeds (reward 1
 termination) on the first chunk whose mean |action - target| is below ``tolerance``.
 ``LinearBinPolicy``: an independent softmax over 256 bins per action token, conditioned
 on the image through one linear layer - just enough for GRPO to raise the success rate.
+``assert_reward_contract``: the reward contract, checked by calling the reward.
 Ray actors import this module: it imports no Lightning (``GivenRollouts``, a DataModule, is
 in ``given_rollouts``, re-exported here on first use).
 """
@@ -147,6 +148,20 @@ def expert_actions(task: str, state_id: int, n: int):
         obs, _, term, trunc, _ = e.step(acts[-1])
         done = term or trunc
     return np.concatenate([np.stack(acts), np.zeros((n - len(acts), 7))])
+
+
+def assert_reward_contract(reward, tasks: list[str], chunk: int = 2, height: int = 32,
+                           width: int | None = None) -> torch.Tensor:
+    """The reward contract checked by calling it (a runtime_checkable Protocol admits any
+    callable): random uint8 frames [B, C, H, W, 3] (seed 0) and B task strings -> float
+    scores [B, C] in [0, 1]; returns the scores."""
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (len(tasks), chunk, height, width or height, 3),
+                           dtype=torch.uint8, generator=g)
+    scores = reward(frames, tasks)
+    assert scores.shape == (len(tasks), chunk) and scores.is_floating_point(), scores
+    assert bool(((scores >= 0) & (scores <= 1)).all()), scores
+    return scores
 
 
 def count_renders(monkeypatch) -> list:

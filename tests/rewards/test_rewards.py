@@ -8,19 +8,21 @@ import math
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from toys import assert_reward_contract
 
 from wmrl.finetune.reward_evaluation import (
     binary_metrics,
+    confusion_counts,
     ranking_metrics,
     reward_report,
     score_histogram,
     trajectory_success,
     zero_variance_fraction,
 )
-from wmrl.interfaces import RewardModel
 from wmrl.rewards.resnet import (
     TINY_CONFIG,
     ResNetClassifier,
@@ -75,7 +77,7 @@ def test_loads_reference_pth_and_scores_each_frame(tmp_path):
     torch.save({"model_state_dict": net.state_dict(), "epoch": 3}, tmp_path / "resnet_rm.pth")
     reward = ResNetSuccessReward(checkpoint=str(tmp_path / "resnet_rm.pth"), config=TINY,
                                  round=False)
-    assert isinstance(reward, RewardModel)
+    assert_reward_contract(reward, ["a", "b"])
     f = frames(2, 3)
     scores = reward(f, ["a", "b"])
     assert scores.shape == (2, 3) and scores.dtype == torch.float32
@@ -130,6 +132,14 @@ def test_pickles_without_weights_and_rebuilds_identically():
 
 
 # -- evaluation utilities ---------------------------------------------------------------
+def test_confusion_counts_by_hand():
+    # pairs (pred, label): (1,1) (1,0) (0,0) (0,1) (1,1) -> tp 2, fp 1, tn 1, fn 1
+    pred, label = np.array([1, 1, 0, 0, 1], bool), np.array([1, 0, 0, 1, 1], bool)
+    assert confusion_counts(pred, label) == (2, 1, 1, 1)
+    assert confusion_counts(torch.from_numpy(pred).long(), torch.from_numpy(label)) == (2, 1, 1, 1)
+    assert confusion_counts(np.zeros(0, bool), np.zeros(0, bool)) == (0, 0, 0, 0)
+
+
 def test_binary_metrics_by_hand():
     m = binary_metrics(torch.tensor([0.9, 0.8, 0.2, 0.6]), torch.tensor([1, 0, 0, 1]))
     assert (m["tp"], m["fp"], m["fn"], m["tn"]) == (2, 1, 0, 1)
@@ -253,6 +263,8 @@ def test_reward_configs_instantiate_lazily():
     with initialize_config_dir(config_dir=str(ROOT / "conf/reward"), version_base="1.3"):
         for name in ("resnet", "resnet_task", "topreward"):
             reward = instantiate(compose(name))
-            assert isinstance(reward, RewardModel) and not reward.is_built
+            assert not reward.is_built
             pickle.loads(pickle.dumps(reward))
+            # builds it: tasks of the task-conditioned reward's list, 64 px for the VLM's patches
+            assert_reward_contract(reward, getattr(reward, "tasks", TASKS)[:2], height=64)
     assert reward.window == 16 and reward.threshold == 0.46

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 import torch
+from toys import assert_reward_contract
 
-from wmrl.interfaces import RewardModel
 from wmrl.rewards.topreward import PROMPT, TOPReward, save_tiny_qwen3vl
 
 TASKS = ["put the bowl on the plate", "turn on the stove"]
@@ -29,7 +29,8 @@ def test_score_is_log_softmax_of_true_logit_by_hand(tiny_dir):
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
 
     reward = TOPReward(str(tiny_dir), threshold=0.0)
-    assert isinstance(reward, RewardModel)
+    assert_reward_contract(reward, TASKS, height=64)
+    reward.reset()  # the contract check's frames leave no history behind
     f = chunk()
     scores = reward(f, TASKS)
     assert scores.shape == (2, 8) and torch.equal(scores, torch.ones(2, 8))  # p >= 0

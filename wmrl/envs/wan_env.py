@@ -11,11 +11,11 @@ One ``chunk_step(actions [B, 8, 7])``:
   then become [slot 0 kept ; last 4 of the 13]; after reset they are zeros with gripper -1;
 * flow-matching Euler sampler, ``num_inference_steps`` steps, cfg 1.0;
 * reward model scores the 8 new frames -> s [B, 8] in [0, 1];
-  chunk success = max_t s_t >= success_threshold (termination flagged on the chunk's last
-  frame); truncation on the last frame once episode_len >= max_episode_steps; no auto reset;
-* reward: ``use_rel_reward``: r_t = coef * (s_t - s_{t-1}) with s_{-1} = 0 after reset and
-  s carried over between chunks (RLinf ``_calc_step_reward``); otherwise the binary per-frame
-  success r_t = 1[s_t >= success_threshold] (RLinf returns the reward model's 0/1 output).
+* reward shaping (``wmrl.rewards.shaping`` holds the equations): chunk success =
+  max_t s_t >= success_threshold, flagged as termination on the chunk's last frame;
+  r_t = coef * (s_t - s_{t-1}) with ``use_rel_reward`` (s carried over between chunks), else
+  r_t = 1[s_t >= success_threshold];
+* truncation on the last frame once episode_len >= max_episode_steps; no auto reset.
 
 ``return_frames`` adds info["frames"]: all ``chunk`` new frames, uint8 [B, chunk, H, W, 3]
 (zeros for finished rows), e.g. to label imagined frames (wmrl.finetune.reward_data.imagined_frames).
@@ -31,7 +31,8 @@ has imagined successes that a second draw does not repeat (``wm/fragile_success`
 extra chunk per episode. ``resample_return`` (``min`` | ``mean``, rel reward only) also lets
 that second draw into the return: the episode's last step reward is shifted so the return is
 coef * min (or mean) of the two draws' last-frame scores instead of the first draw's alone, a
-pessimistic (or averaged) reading of the chunk that decides the episode.
+pessimistic (or averaged) reading of the chunk that decides the episode
+(``wmrl.rewards.shaping.resample_shift``).
 
 Overheads removed, results unchanged: frames stay on the device as uint8; uint8 -> [-1, 1] is
 a 256-entry table built on the host with ``wmrl.pixels.u8_to_unit_np``; the anchor frame's VAE
@@ -58,6 +59,7 @@ from wmrl.envs.initial_states import (
     seed_reset_generator,
 )
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
+from wmrl.rewards.shaping import chunk_success, resample_shift, shape_rewards
 from wmrl.schema import WanEnvSchema, defaults
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
@@ -318,14 +320,10 @@ class WanWorldModelEnv:
             scores = self._score(new_u8, tasks, rows)
             self.timings["reward"] += time.perf_counter() - tr
             scores_full[rows] = scores
-            if self.use_rel_reward:
-                scaled = self.reward_coef * scores
-                prev = torch.cat([self._prev_scaled[rows, None], scaled[:, :-1]], 1)
-                rewards[rows] = scaled - prev
-                self._prev_scaled[rows] = scaled[:, -1]
-            else:
-                rewards[rows] = (scores >= self.success_threshold).float()
-            success = scores.max(1).values >= self.success_threshold
+            shaped = shape_rewards(scores, self._prev_scaled[rows], self.success_threshold,
+                                   self.use_rel_reward, self.reward_coef)
+            rewards[rows], self._prev_scaled[rows] = shaped.rewards, shaped.last_scaled
+            success = shaped.success
             self._elapsed[rows] += c
             trunc = self._elapsed[rows] >= self.max_episode_steps
             terms[rows, -1] = success
@@ -340,12 +338,10 @@ class WanWorldModelEnv:
                 again = self._resample_scores(
                     cond[ending], full_actions[ending], ended,
                     [tasks[i] for i in ending.tolist()])
-                self._resample_success[ended] = again.max(1).values >= self.success_threshold
+                self._resample_success[ended] = chunk_success(again, self.success_threshold)
                 if self.resample_return:
-                    first, second = scores[ending, -1], again[:, -1]
-                    read = torch.minimum(first, second) if self.resample_return == "min" \
-                        else (first + second) / 2
-                    shift = self.reward_coef * (read - first)
+                    shift = resample_shift(scores[ending, -1], again[:, -1],
+                                           self.resample_return, self.reward_coef)
                     rewards[ended, -1] += shift
                     self._returns[ended] += shift
                 self.timings["check"] += time.perf_counter() - tc
@@ -450,8 +446,7 @@ class WanWorldModelEnv:
         self.onload()
         self._reset_rng.set_state(sd["reset_rng"])
         self._noise_rng.set_state(sd["noise_rng"])
-        if "check_rng" in sd:
-            self._check_rng.set_state(sd["check_rng"])
+        self._check_rng.set_state(sd["check_rng"])
         self._has_reset = sd["has_reset"]
         if not self._has_reset:
             return

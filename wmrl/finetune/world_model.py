@@ -35,6 +35,7 @@ from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.envs.initial_states import InitialStates
 from wmrl.envs.train_pool import write_scene_frames
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
+from wmrl.finetune.reward_evaluation import confusion_counts
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tabletop import task_by_name
@@ -377,8 +378,7 @@ def success_confusion(wm: np.ndarray, sim: np.ndarray) -> dict:
     """Confusion counts of imagined (``wm``) vs simulated (``sim``) success and the balanced
     accuracy 0.5 * (TPR + TNR): 0.5 = the imagined outcome says nothing about the real one
     (agreement alone looks fine when nearly every episode fails)."""
-    tp, tn = int((wm & sim).sum()), int((~wm & ~sim).sum())
-    fp, fn = int((wm & ~sim).sum()), int((~wm & sim).sum())
+    tp, fp, tn, fn = confusion_counts(wm, sim)
     tpr, tnr = tp / max(tp + fn, 1), tn / max(tn + fp, 1)
     return {"agreement": (tp + tn) / max(len(wm), 1), "balanced_accuracy": 0.5 * (tpr + tnr),
             "wm_success": float(wm.mean()), "tp": tp, "tn": tn, "fp": fp, "fn": fn}
