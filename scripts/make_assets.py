@@ -24,12 +24,13 @@ The default recipe, ``paced`` (the shipped assets), makes them for ``red_of_two`
 scenes): expert data at noise 0 / 0.3 / 0.6 with a per-episode top speed in [0.2, 1], a base
 policy cloned (no relabelling, 2000 steps) from demonstrators with top speeds in [0.2, 0.7],
 so it moves at their mixed pace and often runs out of the 64 steps, and a transformer
-trained 8000 steps (~44 min of the ~100). ``random_scenes`` is the first recipe
+trained 8000 steps (the longest stage: it is what makes the world model right enough for RL
+to gain, docs/experiments/2026-11-29-paced-recipe.md). ``random_scenes`` is the first recipe
 (``red_on_plate``, scenes anywhere; docs/experiments/2026-11-29-first-recipe-red-on-plate.md): RL in its world model does
 not learn.
 
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
-hyper-parameters); ``paced`` took 103 min in one go on 2 cores (partly beside other jobs).
+hyper-parameters); how long a run takes: docs/running.md (How long it takes).
 Each output directory is written atomically by its script, so an interrupted run leaves the
 previous assets in place.
 """
