@@ -29,6 +29,7 @@ def files(package: str, skip: tuple[str, ...] = ()):
 # and nothing runs back up). A node is a package of wmrl or one of its top-level modules.
 FLOORS = {
     "wmrl": 0, "errors": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0,
+    "safetensors_shards": 0,
     "tracing": 1, "run_logs": 1, "sim": 1, "world_model": 1, "algorithms": 1,
     "schema": 2,
     "policies": 3, "rewards": 3,
