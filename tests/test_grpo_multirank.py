@@ -80,8 +80,9 @@ def run_update(batches: list[dict], aggregation: str, strategy, grad_clip: float
 
     torch.manual_seed(0)
     module = SGDModule(LinearBinPolicy(chunk=C, action_dim=D, image_size=S), group_size=GROUP,
-                       temperature=1.0, grad_clip=grad_clip, aggregation=aggregation,
-                       global_batch=64, micro_batch=4)  # one step of several micro-batches
+                       temperature=1.0, algorithm=dict(
+                           grad_clip=grad_clip, aggregation=aggregation,
+                           global_batch=64, micro_batch=4))  # one step of several micro-batches
     before = {k: v.detach().clone() for k, v in module.policy.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=len(batches), strategy=strategy, max_steps=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
