@@ -66,6 +66,9 @@ def test_bad_config_fails_before_ray(tmp_path, monkeypatch):
         fit(toy_cfg(tmp_path, **{"algorithm.global_batch": 30}))
     with pytest.raises(ConfigError, match="ckpt_path=/nope.ckpt"):
         fit(toy_cfg(tmp_path, ckpt_path="/nope.ckpt"))
+    # the policy decodes 8 actions a call: a rollout of 4-action chunks is refused here
+    with pytest.raises(ConfigError, match=r"rollout.chunk=4 but the policy decodes chunks of 8"):
+        fit(toy_cfg(tmp_path, **{"rollout.chunk": 4}))
 
 
 class WorkerProbe(L.Callback):

@@ -78,7 +78,7 @@ from wmrl.algorithms import grpo
 from wmrl.algorithms import update as stages
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import lr_multiplier
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
 from wmrl.tracing import Tracer
 

@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from test_fit_toy import toy_cfg
 from tiny_models import tiny_world_model
 
-from wmrl.config import ConfigError, build, validate
+from wmrl.build import build
+from wmrl.config import ConfigError, validate
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.finetune import world_model as T
 from wmrl.fit import build_module, fit
