@@ -290,10 +290,6 @@ class GRPOModule(L.LightningModule):
     def last_metrics(self) -> dict[str, float]:
         return self.history[-1] if self.history else {}
 
-    @property
-    def success_history(self) -> list[float]:
-        return [m["rollout/success"] for m in self.history]
-
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """All optimizer steps for one rollout batch; returns step metrics (floats). The
         stages are ``wmrl.algorithms.update``'s; what crosses ranks is done here."""
