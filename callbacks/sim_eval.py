@@ -14,7 +14,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
 from wmrl.atomic import atomic_path
-from wmrl.config import to_container
+from wmrl.build import to_container
 from wmrl.eval.evaluate import evaluate_policy, save_gif, save_success_plot
 from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_vs_real, side_by_side_video
 from wmrl.interfaces import PolicyTrainer

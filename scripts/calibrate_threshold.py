@@ -30,7 +30,8 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
-from wmrl.config import ConfigError, build, check_held_out_seed, to_container  # noqa: E402
+from wmrl.build import build, to_container  # noqa: E402
+from wmrl.config import ConfigError, check_held_out_seed  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.eval.evaluate import evaluate_policy  # noqa: E402
 from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
+import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.config import ConfigError  # noqa: E402
 from wmrl.eval.evaluate import evaluate_eval_config, mixed_group_fraction, save_gif  # noqa: E402
 from wmrl.stats import wilson  # noqa: E402

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
+import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.finetune.reward_on_imagination import fit_reward_to_imagination  # noqa: E402
 from wmrl.rewards.resnet import (  # noqa: E402

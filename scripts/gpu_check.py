@@ -33,7 +33,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from strategies import devices  # noqa: E402
-from wmrl.config import build, to_container  # noqa: E402
+from wmrl.build import build, to_container  # noqa: E402
 
 PLACEMENTS = {  # placement -> overrides (on one card: env and policy actors take half each)
     "collocated": ["rollout.placement=collocated", "rollout.weight_sync.transport=device"],

@@ -27,7 +27,8 @@ if str(ROOT) not in sys.path:
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import atomic_path  # noqa: E402
-from wmrl.config import ConfigError, to_container  # noqa: E402
+from wmrl.build import to_container  # noqa: E402
+from wmrl.config import ConfigError  # noqa: E402
 from wmrl.eval.evaluate import save_gif  # noqa: E402
 from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
 from wmrl.eval.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402

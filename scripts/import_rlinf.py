@@ -8,7 +8,7 @@ writes ``<out>/transformer/`` (diffusers ``WanTransformer3DModel``, sharded safe
 ``<out>/action/`` (the fork's action modules; ``num_text_tokens: 0``: the fork's action-only
 cross-attention context), with ``--vae`` ``<out>/vae/`` (diffusers ``AutoencoderKLWan`` from
 the original Wan2.2 ``.pth``, loaded weights-only) and with ``--dataset`` ``<out>/initial_states/``
-(the reset data, KIR context for every state, in the order RLinf's reader takes the files). The logic is ``wmrl.pipeline.rlinf_import``; the release's format is
+(the reset data, KIR context for every state, in the order RLinf's reader takes the files). The logic is ``wmrl.pipeline.rlinf`` (one module per artifact); the release's format is
 described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
 """
 
@@ -18,7 +18,10 @@ import argparse
 import json
 import sys
 
-from wmrl.pipeline.rlinf_import import ImportRefused, import_dit, import_reset_data, import_vae
+from wmrl.pipeline.rlinf.common import ImportRefused
+from wmrl.pipeline.rlinf.dit import import_dit
+from wmrl.pipeline.rlinf.reset_data import import_reset_data
+from wmrl.pipeline.rlinf.vae import import_vae
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import wmrl.config  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
+import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
 from wmrl.pipeline import sft  # noqa: E402
 from wmrl.policies.configs import tiny_config  # noqa: E402

@@ -49,7 +49,7 @@ def main(out_dir: str, ckpt_path: str | None = None) -> None:
     summary = {"rank": trainer.global_rank, "world": trainer.world_size,
                "steps": trainer.global_step, "version": module.policy_version,
                "optimizer_steps": [m["train/optimizer_steps"] for m in module.history],
-               "success": module.success_history,
+               "success": [m["rollout/success"] for m in module.history],
                "bias_sum": float(state["bias"].sum()),
                "sharded": type(module.policy).__name__,
                "ref_sharded": type(ref).__name__, "ref_bias_abs": float(ref_bias.abs().sum()),

@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from wmrl import asset_checks as ac
-from wmrl.config import ASSETS_DIR, ConfigError
+from wmrl.build import ASSETS_DIR
+from wmrl.config import ConfigError
 from wmrl.envs.initial_states import write_initial_states
 from wmrl.world_model.action_wan import ActionConditioner
 

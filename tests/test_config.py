@@ -156,7 +156,8 @@ def test_hybrid_needs_stages():
 def test_group_files_hold_the_schemas_defaults(group, schema, ctor):
     """One source per default: a group file states every key of its schema with the schema's
     default (the published WoVR recipe; for task the shipped assets' task); the tuned values
-    live in experiments. The constructors take theirs from the schema too."""
+    live in experiments. The constructors' plain defaults are the same values (the rollout's
+    ``weight_sync`` left out is ``WeightSender``'s defaults, zero-copy on)."""
     from wmrl import schema as S
 
     want = S.defaults(getattr(S, schema))
@@ -164,8 +165,13 @@ def test_group_files_hold_the_schemas_defaults(group, schema, ctor):
     assert got == want
     if ctor is not None:
         params = inspect.signature(get_object(ctor)).parameters
-        assert {k: params[k].default for k in want if k in params} == \
-            {k: v for k, v in want.items() if k in params}
+        plain = {k: v for k, v in want.items() if k in params and not isinstance(v, dict)}
+        assert {k: params[k].default for k in plain} == plain
+    if "weight_sync" in want:
+        sync = dict(want["weight_sync"])
+        assert sync.pop("zero_copy") is True
+        sender = inspect.signature(get_object("wmrl.rollout.weight_sync.sender.WeightSender"))
+        assert {k: sender.parameters[k].default for k in sync} == sync
 
 
 @pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}))

@@ -66,6 +66,9 @@ def test_bad_config_fails_before_ray(tmp_path, monkeypatch):
         fit(toy_cfg(tmp_path, **{"algorithm.global_batch": 30}))
     with pytest.raises(ConfigError, match="ckpt_path=/nope.ckpt"):
         fit(toy_cfg(tmp_path, ckpt_path="/nope.ckpt"))
+    # the policy decodes 8 actions a call: a rollout of 4-action chunks is refused here
+    with pytest.raises(ConfigError, match=r"rollout.chunk=4 but the policy decodes chunks of 8"):
+        fit(toy_cfg(tmp_path, **{"rollout.chunk": 4}))
 
 
 class WorkerProbe(L.Callback):
@@ -118,7 +121,7 @@ def test_grpo_raises_success_on_reach(tmp_path, ray_local):
     """Random policy succeeds ~30%; GRPO must push it well above that."""
     _, module = fit(toy_cfg(tmp_path, **{"trainer.max_steps": 30, "rollout.num_envs": 32,
                                          "algorithm.global_batch": 64, "algorithm.lr": 0.1}))
-    hist = module.success_history
+    hist = [m["rollout/success"] for m in module.history]
     first, last = sum(hist[:3]) / 3, sum(hist[-5:]) / 5
     assert first < 0.5 and last > first + 0.3, hist
 
@@ -127,7 +130,7 @@ def test_batch_without_informative_group_counts_a_step_but_keeps_weights(tmp_pat
     """tolerance 10: every episode succeeds, every group has zero variance."""
     cfg = toy_cfg(tmp_path, **{"trainer.max_steps": 2, "env.tolerance": 10.0})
     trainer, module = fit(cfg)
-    assert trainer.global_step == 2 and module.success_history == [1.0, 1.0]
+    assert trainer.global_step == 2 and [m["rollout/success"] for m in module.history] == [1.0, 1.0]
     assert module.policy.bias.abs().sum() == 0 and module.policy.proj.weight.abs().sum() == 0
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from wmrl.config import build, to_container
+from wmrl.build import build, to_container
 from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.rollout.workers import RolloutActor
 

@@ -1,4 +1,5 @@
-"""Building objects from config, and the checks that run before anything heavy starts."""
+"""The checks that run on a composed config before anything heavy starts (building objects
+from config, and the ``${wmrl_assets:}`` resolver: ``wmrl/build.py``)."""
 
 from __future__ import annotations
 
@@ -8,58 +9,17 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from wmrl import schema
 from wmrl.asset_checks import check_accelerator, check_assets
+from wmrl.build import to_container
 from wmrl.errors import ConfigError
+from wmrl.schema import check as check_schema
 
-__all__ = ["ConfigError", "assets_dir", "build", "check_paths", "to_container", "validate"]
-
-ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
-
-
-def assets_dir(sub: str = "") -> str:
-    """``${wmrl_assets:}`` / ``${wmrl_assets:policy}`` in configs: the shipped tiny checkpoints."""
-    return os.path.join(ASSETS_DIR, sub) if sub else ASSETS_DIR
-
-
-if not OmegaConf.has_resolver("wmrl_assets"):
-    OmegaConf.register_new_resolver("wmrl_assets", assets_dir)
-
-
-def to_container(cfg: Any) -> Any:
-    """DictConfig -> plain (picklable) dicts/lists with interpolations resolved."""
-    if isinstance(cfg, DictConfig) or OmegaConf.is_config(cfg):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return cfg
-
-
-def build(spec: Any, **kwargs: Any) -> Any:
-    """Instantiate a ``_target_`` spec (dict or DictConfig); pass objects through unchanged.
-
-    Workers receive plain dicts and call this on their own process, so models are built
-    (and weights loaded) where they run."""
-    if isinstance(spec, dict) or OmegaConf.is_config(spec):
-        from hydra.errors import InstantiationException
-        from hydra.utils import instantiate
-
-        spec = to_container(spec)
-        if "_target_" not in spec:
-            raise ConfigError(f"config {sorted(spec)} has no _target_ to build")
-        try:
-            return instantiate(spec, _convert_="all", **kwargs)
-        except InstantiationException as err:
-            if isinstance(err.__cause__, ConfigError):  # our one-line error, not Hydra's wrap
-                raise err.__cause__ from None
-            raise
-    if kwargs:
-        raise ConfigError(f"cannot pass {sorted(kwargs)} to an already built {type(spec)}")
-    return spec
-
+__all__ = ["ConfigError", "check_paths", "validate"]
 
 def validate(cfg: DictConfig) -> None:
     """Fail early (before Ray or any model starts) with the key that is wrong: the groups'
     schemas (``wmrl.schema``: types, choices, ranges), then the checks across keys."""
-    schema.check(cfg)
+    check_schema(cfg)
     for group in ("policy", "env"):
         spec = cfg.get(group)
         if not (OmegaConf.is_dict(spec) and "_target_" in spec):
@@ -139,6 +99,15 @@ def check_paths(cfg: DictConfig) -> None:
     if cfg.get("ckpt_path"):
         check_checkpoint(cfg.ckpt_path, to_container(cfg.policy), "ckpt_path")
     check_accelerator(cfg)  # last: it loads Lightning (seconds), the checks above need none
+
+
+def check_policy_chunk(policy: Any, chunk: int) -> None:
+    """The built policy decodes ``rollout.chunk`` actions per call (a policy without a
+    ``chunk`` attribute says nothing and passes)."""
+    own = getattr(policy, "chunk", None)
+    if own is not None and int(own) != int(chunk):
+        raise ConfigError(f"rollout.chunk={chunk} but the policy decodes chunks of {own} actions "
+                          f"({type(policy).__name__}.chunk): set rollout.chunk={own}")
 
 
 def check_held_out_seed(task, eval_seed: int, purpose: str) -> None:

@@ -16,7 +16,8 @@ from callbacks.progress import StepProgressBar
 from callbacks.resumable_loggers import run_id
 from callbacks.run_record import RunRecordCallback
 from wmrl.algorithms.config import AlgorithmConfig
-from wmrl.config import build, check_paths, resolve_ckpt_path, to_container, validate
+from wmrl.build import build, to_container
+from wmrl.config import check_paths, check_policy_chunk, resolve_ckpt_path, validate
 from wmrl.envs.train_pool import start_from_pool
 from wmrl.module import GRPOModule
 from wmrl.rollout.datamodule import RolloutDataModule
@@ -107,6 +108,7 @@ def fit(cfg: DictConfig, extra_callbacks: list | None = None) -> tuple[L.Trainer
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)  # first: its config checks are cheap, the policy is not
     module = build_module(cfg)
+    check_policy_chunk(module.policy, cfg.rollout.chunk)  # not inside an actor, after Ray
     trainer = build_trainer(cfg, extra_callbacks)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)

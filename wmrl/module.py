@@ -20,11 +20,11 @@ tracing, checkpoints, step summaries).
 
 ``update``:
 
-1. returns and step masks (``trajectory_returns``), group-normalised advantages, and the
-   group filter (all-fail / all-success groups carry no gradient and are dropped); with
-   ``drop_unrepeatable`` (needs ``env.resample_check``) the episodes whose two imagined
-   verdicts disagree are left out first (``grpo.unrepeatable_episodes``), from the update and
-   from their group's statistics (``rollout/dropped_unrepeatable``: their share);
+1. the stages of ``wmrl/algorithms/update.py``: returns and step masks, one advantage per
+   episode from the configured estimator (``algorithm.adv_estimator``:
+   ``wmrl/algorithms/advantages.py``), the keep-mask (all-fail / all-success groups carry no
+   gradient; with ``drop_unrepeatable`` the episodes whose two imagined verdicts disagree are
+   left out first), the rollout counts, the samples and their padding across ranks;
 2. the valid (trajectory, chunk) samples are shuffled and cut into mini-batches of
    ``global_batch`` samples, each one optimizer step; a mini-batch is processed in
    ``micro_batch`` pieces whose losses are weighted so their sum is exactly the mini-batch
@@ -78,7 +78,7 @@ from wmrl.algorithms import grpo
 from wmrl.algorithms import update as stages
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import lr_multiplier
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
 from wmrl.tracing import Tracer
 
@@ -289,10 +289,6 @@ class GRPOModule(L.LightningModule):
     @property
     def last_metrics(self) -> dict[str, float]:
         return self.history[-1] if self.history else {}
-
-    @property
-    def success_history(self) -> list[float]:
-        return [m["rollout/success"] for m in self.history]
 
     def update(self, batch: TrajectoryBatch) -> dict[str, float]:
         """All optimizer steps for one rollout batch; returns step metrics (floats). The

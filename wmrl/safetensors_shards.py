@@ -3,7 +3,7 @@
 ``{"metadata": {"total_size": bytes}, "weight_map": {tensor name: shard file}}``.
 
 The one writer of the project: the policy's ``save_pretrained`` (transformers' names) and the
-RLinf importer (``wmrl.pipeline.rlinf_import``, diffusers' folders) both call
+RLinf importer (``wmrl.pipeline.rlinf``, diffusers' folders) both call
 :func:`write_sharded`.
 """
 

@@ -13,7 +13,8 @@ key, the value and what is allowed.
   of a known target (``build_policy``, ``WanWorldModelEnv``, the ResNet and TOPReward rewards, ``Pace``);
   other keys go to the constructor, paths and architectures to ``wmrl.config.check_paths``.
 
-The constructors take their signature defaults from here (``defaults(schema)``): one source.
+The components import nothing from here: their constructors keep plain defaults, which a test
+holds equal to these (``tests/test_config.py``), and the choice lists are the code's own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.algorithms.config import AlgorithmConfig
+from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError, require, require_positive
+from wmrl.policies.openvla_oft import SUPPORTED_ATTN
+from wmrl.rewards.shaping import RESAMPLE_RETURNS
+from wmrl.rollout.engine import PLACEMENTS
+from wmrl.rollout.placement import DEVICES
+from wmrl.rollout.weight_sync.types import TRANSPORTS
 from wmrl.sim import tabletop
 
 
@@ -37,9 +44,10 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
     return Enum(name, {v: v for v in values})
 
 
-Placement = _choices("Placement", ("collocated", "disaggregated", "hybrid"))
-RolloutDevice = _choices("RolloutDevice", ("auto", "cpu", "cuda", "npu", "musa", "xpu"))
-Transport = _choices("Transport", ("cpu", "gloo", "device"))
+# the choice lists are the code's own
+Placement = _choices("Placement", PLACEMENTS)
+RolloutDevice = _choices("RolloutDevice", DEVICES)
+Transport = _choices("Transport", TRANSPORTS)
 
 
 @dataclass
@@ -110,7 +118,7 @@ class CheckpointSchema:
                  "the number of step checkpoints kept beside last.ckpt (0: none, -1: all)")
 
 
-ResampleReturn = _choices("ResampleReturn", ("min", "mean"))
+ResampleReturn = _choices("ResampleReturn", RESAMPLE_RETURNS)
 
 
 @dataclass
@@ -186,12 +194,8 @@ class TaskSchema:
                      f"task.unseen_eval_seed={self.unseen_eval_seed} are scored by the sim eval)")
 
 
-# config dtype names -> torch's: the one table of the policy's loaders and TOPReward
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
 DType = _choices("DType", tuple(DTYPES))
-# OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: backends that honour it
-PolicyAttention = _choices("PolicyAttention", ("eager", "sdpa"))
+PolicyAttention = _choices("PolicyAttention", SUPPORTED_ATTN)
 
 
 @dataclass

@@ -18,7 +18,8 @@ import yaml
 from test_fit_toy import toy_cfg
 
 from callbacks.preemption import PREEMPTED_EXIT_CODE
-from wmrl.config import ConfigError, to_container
+from wmrl.build import to_container
+from wmrl.config import ConfigError
 from wmrl.eval.policy_checkpoint import load_policy
 from wmrl.fit import fit
 from wmrl.schema import with_defaults

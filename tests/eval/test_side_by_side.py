@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_config import fit_cfg
 
-from wmrl.config import build, to_container
+from wmrl.build import build, to_container
 from wmrl.eval.side_by_side import imagined_vs_real, side_by_side_video
 from wmrl.sim.tabletop import initial_frames
 

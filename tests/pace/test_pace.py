@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from test_fit_toy import toy_cfg
 from tiny_models import tiny_world_model
 
-from wmrl.config import ConfigError, build, validate
+from wmrl.build import build
+from wmrl.config import ConfigError, validate
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.finetune import world_model as T
 from wmrl.fit import build_module, fit
@@ -94,15 +95,18 @@ def test_rounds_every_n_steps_but_not_after_the_last(assets):
     assert not pace.round_due(4, max_steps=6)
 
 
-def test_direct_construction_gets_the_schemas_checks(assets):
-    with pytest.raises(ConfigError, match=r"pace.buffer_rounds=0 is not allowed"):
-        make_pace(assets, buffer_rounds=0)
-    with pytest.raises(ConfigError, match=r"pace.scenes: Invalid value 'foo'"):
-        make_pace(assets, scenes="foo")
-    with pytest.raises(ConfigError, match=r"pace.reward_frames: Invalid value 'sim'"):
-        make_pace(assets, reward_frames="sim")
-    with pytest.raises(ConfigError, match=r"pace.reward_holdout=1.0 is not allowed"):
-        make_pace(assets, reward_holdout=1.0)
+def test_bad_settings_are_refused_before_the_fit(assets):
+    """The config check (wmrl.schema.PaceSchema) refuses them; the constructor checks what
+    needs more than one key."""
+    for override, match in [("pace.buffer_rounds=0", r"pace.buffer_rounds=0 is not allowed"),
+                            ("pace.scenes=foo", r"pace.scenes: Invalid value 'foo'"),
+                            ("pace.reward_frames=sim", r"pace.reward_frames: Invalid value 'sim'"),
+                            ("pace.reward_holdout=1.0", r"pace.reward_holdout=1.0 is not allowed")]:
+        with initialize_config_dir(CONF_DIR, version_base="1.3"):
+            cfg = compose("fit", overrides=["run_dir=/tmp/wmrl-test", "experiment=pace",
+                                            override])
+        with pytest.raises(ConfigError, match=match):
+            validate(cfg)
     with pytest.raises(ValueError, match="pace.tasks is empty"):
         make_pace(assets, tasks=[])
     with pytest.raises(ValueError, match="needs the reward config"):

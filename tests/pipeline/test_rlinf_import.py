@@ -17,15 +17,10 @@ from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
 from wmrl.asset_checks import check_initial_states, check_world_model
-from wmrl.pipeline.rlinf_import import (
-    ImportRefused,
-    dit_name,
-    import_dit,
-    import_reset_data,
-    import_vae,
-    plan_dit,
-    release_dit_shapes,
-)
+from wmrl.pipeline.rlinf.common import ImportRefused
+from wmrl.pipeline.rlinf.dit import dit_name, import_dit, plan_dit, release_dit_shapes
+from wmrl.pipeline.rlinf.reset_data import import_reset_data
+from wmrl.pipeline.rlinf.vae import import_vae
 from wmrl.world_model.action_wan import ActionWanModel
 
 ROOT = Path(__file__).resolve().parents[2]

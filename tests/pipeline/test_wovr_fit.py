@@ -14,7 +14,9 @@ from safetensors.torch import load_file, save_file
 from test_rlinf_import import FIXTURES, release_dit
 
 from wmrl.fit import fit
-from wmrl.pipeline.rlinf_import import import_dit, import_reset_data, import_vae
+from wmrl.pipeline.rlinf.dit import import_dit
+from wmrl.pipeline.rlinf.reset_data import import_reset_data
+from wmrl.pipeline.rlinf.vae import import_vae
 
 pytestmark = pytest.mark.slow
 

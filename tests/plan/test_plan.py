@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from wmrl.config import to_container
+from wmrl.build import to_container
 from wmrl.plan import plan as P
 
 GB = 1e9

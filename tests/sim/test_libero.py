@@ -16,7 +16,8 @@ from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from wmrl.config import ConfigError, build, validate
+from wmrl.build import build
+from wmrl.config import ConfigError, validate
 from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
 from wmrl.eval.evaluate import evaluate_policy
 from wmrl.policies.configs import tiny_config

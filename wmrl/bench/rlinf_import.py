@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from wmrl.pipeline.rlinf_import import release_dit_shapes
+from wmrl.pipeline.rlinf.dit import release_dit_shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM, FFN, LAYERS = 3072, 14336, 3  # the 5B's width (release_dit_shapes' defaults), 3 blocks
@@ -22,7 +22,7 @@ DIM, FFN, LAYERS = 3072, 14336, 3  # the 5B's width (release_dit_shapes' default
 # VmHWM, not ru_maxrss: the latter survives execve and so carries the parent's RSS at fork
 CHILD = """
 import json, re, sys
-from wmrl.pipeline.rlinf_import import import_dit
+from wmrl.pipeline.rlinf.dit import import_dit
 if sys.argv[1] != "baseline":
     import_dit([sys.argv[2]], sys.argv[3], shard_bytes=int(sys.argv[1]))
 hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)

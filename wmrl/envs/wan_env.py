@@ -59,8 +59,7 @@ from wmrl.envs.initial_states import (
     seed_reset_generator,
 )
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
-from wmrl.rewards.shaping import chunk_success, resample_shift, shape_rewards
-from wmrl.schema import WanEnvSchema, defaults
+from wmrl.rewards.shaping import RESAMPLE_RETURNS, chunk_success, resample_shift, shape_rewards
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 
@@ -77,8 +76,6 @@ def _build_reward(reward):
     )
 
 
-# the settings' defaults are the typed schema's (wmrl/schema.py): one source
-_SETTINGS = defaults(WanEnvSchema)
 
 
 class WanWorldModelEnv:
@@ -93,22 +90,22 @@ class WanWorldModelEnv:
         num_envs: int,
         group_size: int = 1,
         chunk: int = 8,
-        condition_frames: int = _SETTINGS["condition_frames"],
-        num_inference_steps: int = _SETTINGS["num_inference_steps"],
+        condition_frames: int = 5,
+        num_inference_steps: int = 5,
         max_episode_steps: int = 256,
-        success_threshold: float = _SETTINGS["success_threshold"],
-        use_rel_reward: bool = _SETTINGS["use_rel_reward"],
-        reward_coef: float = _SETTINGS["reward_coef"],
+        success_threshold: float = 0.9,
+        use_rel_reward: bool = False,
+        reward_coef: float = 5.0,
         seed: int = 0,
-        reuse_generated_latents: bool = _SETTINGS["reuse_generated_latents"],
-        kir_reset: bool = _SETTINGS["kir_reset"],
+        reuse_generated_latents: bool = False,
+        kir_reset: bool = False,
         height: int | None = None,
         width: int | None = None,
         action_dim: int = 7,
-        max_regenerations: int = _SETTINGS["max_regenerations"],
-        return_frames: bool = _SETTINGS["return_frames"],
-        resample_check: bool = _SETTINGS["resample_check"],
-        resample_return: str | None = _SETTINGS["resample_return"],
+        max_regenerations: int = 3,
+        return_frames: bool = False,
+        resample_check: bool = False,
+        resample_return: str | None = None,
         device: str = "cpu",
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
@@ -131,7 +128,7 @@ class WanWorldModelEnv:
         self.max_regenerations, self.height, self.width = max_regenerations, height, width
         self.seed, self.return_frames = seed, return_frames
         self.resample_check, self.resample_return = resample_check, resample_return
-        if resample_return not in (None, "min", "mean"):
+        if resample_return not in (None, *RESAMPLE_RETURNS):
             raise ValueError(f"env.resample_return must be null, min or mean; got "
                              f"{resample_return!r}")
         if resample_return and not (resample_check and use_rel_reward):

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from wmrl.atomic import atomic_path
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.eval.policy_checkpoint import load_policy
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv

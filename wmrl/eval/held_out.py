@@ -20,7 +20,8 @@ import os
 from hydra import compose, initialize_config_dir
 
 from wmrl.atomic import write_text
-from wmrl.config import ConfigError, check_held_out_seed, to_container
+from wmrl.build import to_container
+from wmrl.config import ConfigError, check_held_out_seed
 from wmrl.eval.evaluate import evaluate_eval_config
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -15,7 +15,8 @@ import warnings
 import torch
 
 from wmrl.asset_checks import check_policy
-from wmrl.config import CONFIG_KEY, ConfigError, build, check_checkpoint, is_dcp_folder
+from wmrl.build import build
+from wmrl.config import CONFIG_KEY, ConfigError, check_checkpoint, is_dcp_folder
 
 PREFIX = "policy."
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from hydra.utils import get_object
 
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.finetune.world_model import episode_initial_states
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv

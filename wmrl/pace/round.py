@@ -30,11 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.finetune import reward_on_imagination as R
 from wmrl.finetune import world_model as T
 from wmrl.pace.ledger import PaceLedger, round_metrics
-from wmrl.schema import PaceSchema, check_values, defaults
 from wmrl.sim.dataset import Episode
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
@@ -42,8 +41,6 @@ from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 
 # what the fine-tune trains (train_transformer's parameters) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
-# the settings' defaults are the typed schema's (wmrl/schema.py): one source
-_SETTINGS = defaults(PaceSchema)
 
 
 def trained_state(model: ActionWanModel) -> dict[str, torch.Tensor]:
@@ -87,43 +84,42 @@ def _reward_line(row: dict) -> str:
 
 class Pace:
     """See the module docstring. Arguments (conf/pace/default.yaml explains each; the scalar
-    ones are ``wmrl.schema.PaceSchema``'s, checked by it, defaults from it):
+    ones are checked by ``wmrl.schema.PaceSchema`` before the fit starts):
     ``world_model``: the env's ``world_model`` config (``path`` or tiny sub-configs);
     ``tasks`` / ``num_states`` / ``sim_env``: the simulator task(s), its fixed initial states and
     ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0);
     ``out_dir``: where ``history.jsonl`` and ``summary.json`` go (None: no files).
 
-    ``history``: one dict per round. ``state_dict()`` holds the counts, the round index, the
-    version and, after a round, the fine-tuned weights and optimizer state, so a resumed run
-    continues them (the clip buffer is not saved: a resume starts it empty)."""
+    ``ledger``: the simulator budget, the world-model version and one dict per round.
+    ``state_dict()`` holds the ledger and, after a round, the fine-tuned weights and optimizer
+    state, so a resumed run continues them (the clip buffer is not saved: a resume starts it
+    empty)."""
 
     def __init__(self, world_model: dict, tasks: Sequence[str],
-                 every_n_steps: int = _SETTINGS["every_n_steps"],
-                 episodes: int = _SETTINGS["episodes"], steps: int = _SETTINGS["steps"],
-                 lr: float = _SETTINGS["lr"], batch_size: int = _SETTINGS["batch_size"],
-                 weight_decay: float = _SETTINGS["weight_decay"],
-                 temperature: float = _SETTINGS["temperature"],
-                 scenes: str = _SETTINGS["scenes"], num_states: int = _SETTINGS["num_states"],
-                 post_success_steps: int | None = _SETTINGS["post_success_steps"],
-                 num_envs: int = _SETTINGS["num_envs"], sim_env: dict | None = None,
-                 buffer_rounds: int = _SETTINGS["buffer_rounds"],
-                 context_noise_sigma: float = _SETTINGS["context_noise_sigma"],
-                 foreground_weight: float = _SETTINGS["foreground_weight"],
-                 gripper_event_weight: float = _SETTINGS["gripper_event_weight"],
-                 eval_clips: int = _SETTINGS["eval_clips"],
-                 reward_steps: int = _SETTINGS["reward_steps"],
-                 reward_lr: float = _SETTINGS["reward_lr"],
-                 reward_batch_size: int = _SETTINGS["reward_batch_size"],
-                 reward_frames: str = _SETTINGS["reward_frames"],
-                 reward_holdout: float = _SETTINGS["reward_holdout"],
-                 success_threshold: float = _SETTINGS["success_threshold"],
-                 num_inference_steps: int = _SETTINGS["num_inference_steps"],
-                 reward: Any = None, dtype: str = _SETTINGS["dtype"],
-                 device: str | None = _SETTINGS["device"], seed: int = _SETTINGS["seed"],
-                 out_dir: str | None = _SETTINGS["out_dir"],
-                 verbose: bool = _SETTINGS["verbose"]):
-        # the schema's types, choices and ranges (the fit's config check runs them too)
-        check_values("pace", PaceSchema, {k: v for k, v in locals().items() if k in _SETTINGS})
+                 every_n_steps: int = 5,
+                 episodes: int = 96, steps: int = 300,
+                 lr: float = 0.0001, batch_size: int = 32,
+                 weight_decay: float = 0.0,
+                 temperature: float = 1.0,
+                 scenes: str = "random", num_states: int = 256,
+                 post_success_steps: int | None = 8,
+                 num_envs: int = 16, sim_env: dict | None = None,
+                 buffer_rounds: int = 4,
+                 context_noise_sigma: float = 0.1,
+                 foreground_weight: float = 0.0,
+                 gripper_event_weight: float = 1.0,
+                 eval_clips: int = 64,
+                 reward_steps: int = 0,
+                 reward_lr: float = 0.0001,
+                 reward_batch_size: int = 64,
+                 reward_frames: str = "real",
+                 reward_holdout: float = 0.25,
+                 success_threshold: float = 0.9,
+                 num_inference_steps: int = 5,
+                 reward: Any = None, dtype: str = "float32",
+                 device: str | None = None, seed: int = 0,
+                 out_dir: str | None = None,
+                 verbose: bool = True):
         if not tasks:
             raise ValueError("pace.tasks is empty: name the simulator task(s)")
         if reward_steps > 0 and reward is None:

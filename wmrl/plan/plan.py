@@ -81,7 +81,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from wmrl.config import to_container
+from wmrl.build import to_container
 from wmrl.policies.openvla_oft import build_policy_meta
 from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier, frames_to_input
 from wmrl.world_model.action_wan import ActionConditioner, ActionWanModel, as_dtype

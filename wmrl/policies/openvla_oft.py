@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strategies.fused import apply_fused_ops, fused_ops_config
+from wmrl.dtypes import DTYPES
 from wmrl.interfaces import PolicySample
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.checkpoint import (
@@ -32,12 +33,9 @@ from wmrl.policies.checkpoint import (
 from wmrl.policies.configs import openvla_7b_config, resolve_config, tiny_config
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
-from wmrl.schema import DTYPES, PolicyAttention, PolicySchema, defaults
 
-# backends that honour a 4-D additive mask (no causal mask): the schema's choices
-SUPPORTED_ATTN = tuple(a.name for a in PolicyAttention)
-# build_policy's defaults are the typed schema's (wmrl/schema.py): one source
-_SETTINGS = defaults(PolicySchema)
+# OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: the backends that honour it
+SUPPORTED_ATTN = ("eager", "sdpa")
 
 
 class PrismaticVisionBackbone(nn.Module):
@@ -100,7 +98,7 @@ class OpenVLAOFTPolicy(nn.Module):
     """``Policy`` (wmrl.interfaces): ``sample`` / ``log_probs`` over 8x7 action-bin tokens."""
 
     def __init__(self, config: dict, tokenizer=None, unnorm_key: str | None = None,
-                 attn_implementation: str = _SETTINGS["attn_implementation"],
+                 attn_implementation: str = "sdpa",
                  check_stats: bool = True):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -163,8 +161,8 @@ class OpenVLAOFTPolicy(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, unnorm_key: str | None = None,
-                        dtype: torch.dtype | str = _SETTINGS["dtype"],
-                        attn_implementation: str = _SETTINGS["attn_implementation"],
+                        dtype: torch.dtype | str = "float32",
+                        attn_implementation: str = "sdpa",
                         overrides: dict | None = None,
                         ignore_key_prefixes: tuple[str, ...] = ()) -> OpenVLAOFTPolicy:
         """Load the published OpenVLA-OFT / RLinf layout from a local directory."""
@@ -383,13 +381,13 @@ def _as_dtype(dtype) -> torch.dtype:
 
 
 def build_policy(pretrained_path: str | None = None, config: dict | None = None,
-                 unnorm_key: str | None = _SETTINGS["unnorm_key"],
-                 dtype: str = _SETTINGS["dtype"],
-                 gradient_checkpointing: bool = _SETTINGS["gradient_checkpointing"],
-                 attn_implementation: str = _SETTINGS["attn_implementation"],
-                 overrides: dict | None = None, seed: int = _SETTINGS["seed"],
+                 unnorm_key: str | None = None,
+                 dtype: str = "float32",
+                 gradient_checkpointing: bool = False,
+                 attn_implementation: str = "sdpa",
+                 overrides: dict | None = None, seed: int = 0,
                  ignore_key_prefixes: list[str] | tuple[str, ...] = (),
-                 fused_ops: bool | str | None = _SETTINGS["fused_ops"]) -> OpenVLAOFTPolicy:
+                 fused_ops: bool | str | None = False) -> OpenVLAOFTPolicy:
     """Hydra ``_target_``: load ``pretrained_path`` if given, else random weights from ``config``
     (a plain dict, picklable for Ray workers; None = the tiny config). ``overrides`` update the
     ``wmrl`` settings; ``ignore_key_prefixes`` skips checkpoint keys the policy does not use
@@ -422,8 +420,8 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
 
 
 def build_policy_meta(pretrained_path: str | None = None, config: dict | None = None,
-                      dtype: str = _SETTINGS["dtype"],
-                      attn_implementation: str = _SETTINGS["attn_implementation"],
+                      dtype: str = "float32",
+                      attn_implementation: str = "sdpa",
                       overrides: dict | None = None, **_) -> OpenVLAOFTPolicy:
     """``build_policy``'s arguments, built on the meta device: every parameter has its shape and
     dtype, no weight is read or allocated (memory planning, ``scripts/plan.py``).

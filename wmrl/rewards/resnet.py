@@ -34,10 +34,6 @@ from torch import nn
 from wmrl.atomic import atomic_path
 from wmrl.pixels import u8_to_unit_torch
 from wmrl.rewards.base import LazyRewardModel, seeded_init
-from wmrl.schema import ResNetRewardSchema, defaults
-
-# the rewards' settings' defaults are the typed schema's (wmrl/schema.py): one source
-_SETTINGS = defaults(ResNetRewardSchema)
 
 REAL_CONFIG: dict[str, Any] = {
     "widths": [64, 128, 256, 512],
@@ -248,9 +244,9 @@ class ResNetSuccessReward(LazyRewardModel):
     arch = "resnet"
 
     def __init__(self, checkpoint: str | None = None, config: dict | None = None,
-                 round: bool = _SETTINGS["round"], device: str = _SETTINGS["device"],
-                 seed: int = _SETTINGS["seed"],
-                 batch_size: int = _SETTINGS["batch_size"]) -> None:
+                 round: bool = True, device: str = "cpu",
+                 seed: int = 0,
+                 batch_size: int = 256) -> None:
         super().__init__(device)
         self.checkpoint = None if checkpoint is None else str(checkpoint)
         self.config = {**REAL_CONFIG, **(dict(config) if config else {})}
@@ -314,9 +310,9 @@ class TaskResNetSuccessReward(ResNetSuccessReward):
     arch = "resnet_task"
 
     def __init__(self, checkpoint: str | None = None, config: dict | None = None,
-                 tasks: Sequence[str] | None = None, round: bool = _SETTINGS["round"],
-                 device: str = _SETTINGS["device"], seed: int = _SETTINGS["seed"],
-                 batch_size: int = _SETTINGS["batch_size"]) -> None:
+                 tasks: Sequence[str] | None = None, round: bool = True,
+                 device: str = "cpu", seed: int = 0,
+                 batch_size: int = 256) -> None:
         super().__init__(checkpoint, config, round, device, seed, batch_size)
         self.tasks = [str(t) for t in tasks] if tasks else []
         self._check_tasks()

@@ -29,6 +29,10 @@ class ShapedChunk(NamedTuple):
     last_scaled: torch.Tensor  # float [B]: k s_{C-1}, the next chunk's k s_{-1} (rel reward)
 
 
+# how the resample check reads a deciding frame's two scores (env.resample_return)
+RESAMPLE_RETURNS = ("min", "mean")
+
+
 def shape_rewards(scores: torch.Tensor, prev_scaled: torch.Tensor, success_threshold: float,
                   use_rel_reward: bool, reward_coef: float) -> ShapedChunk:
     """Rewards [B, C] and success [B] of one chunk's ``scores`` [B, C]; ``prev_scaled`` [B] is

@@ -43,11 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wmrl.dtypes import DTYPES
 from wmrl.rewards.base import LazyRewardModel
-from wmrl.schema import DTYPES, TOPRewardSchema, defaults
-
-# the settings' defaults are the typed schema's (wmrl/schema.py): one source
-_SETTINGS = defaults(TOPRewardSchema)
 
 PROMPT = (
     "The above video shows a robot manipulation trajectory that completes the following "
@@ -120,12 +117,12 @@ class TOPReward(LazyRewardModel):
 
     stateful = True  # the frame history per env
 
-    def __init__(self, model_path: str, window: int = _SETTINGS["window"],
-                 threshold: float = _SETTINGS["threshold"], binary: bool = _SETTINGS["binary"],
-                 video_fps: float = _SETTINGS["video_fps"], device: str = _SETTINGS["device"],
-                 dtype: str = _SETTINGS["dtype"],
-                 attn_implementation: str = _SETTINGS["attn_implementation"],
-                 max_batch: int | None = _SETTINGS["max_batch"]) -> None:
+    def __init__(self, model_path: str, window: int = 16,
+                 threshold: float = 0.46, binary: bool = True,
+                 video_fps: float = 20.0, device: str = "cpu",
+                 dtype: str = "auto",
+                 attn_implementation: str = "sdpa",
+                 max_batch: int | None = None) -> None:
         super().__init__(device)
         if window < 1 or not 0.0 <= threshold <= 1.0 or video_fps <= 0:
             raise ValueError(f"reward config: need window >= 1, threshold in [0, 1], "

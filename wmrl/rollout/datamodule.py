@@ -25,7 +25,8 @@ import lightning as L
 import ray
 import torch
 
-from wmrl.config import ConfigError, to_container
+from wmrl.build import to_container
+from wmrl.errors import ConfigError
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.rollout import placement as place
 from wmrl.rollout.actor_pool import ActorPool
@@ -39,13 +40,10 @@ from wmrl.rollout.engine import (
     issue_resets,
     reset_seed,
 )
-from wmrl.schema import RolloutSchema, defaults
 
 log = logging.getLogger(__name__)
 
 Weights = Callable[[], dict[str, torch.Tensor]]
-# the defaults are the typed schema's (wmrl/schema.py): one source, no second literal
-_ROLLOUT = defaults(RolloutSchema)
 
 
 class RolloutDataModule(L.LightningDataModule):
@@ -53,29 +51,29 @@ class RolloutDataModule(L.LightningDataModule):
         self,
         policy: dict,
         env: dict,
-        num_envs: int = _ROLLOUT["num_envs"],
-        group_size: int = _ROLLOUT["group_size"],
-        rollout_epochs: int = _ROLLOUT["rollout_epochs"],
-        max_episode_steps: int = _ROLLOUT["max_episode_steps"],
-        chunk: int = _ROLLOUT["chunk"],
-        temperature: float = _ROLLOUT["temperature"],
-        placement: str = _ROLLOUT["placement"],
-        pipeline_stages: int = _ROLLOUT["pipeline_stages"],
-        num_env_workers: int = _ROLLOUT["num_env_workers"],
-        num_rollout_workers: int = _ROLLOUT["num_rollout_workers"],
-        worker_cpus: float = _ROLLOUT["worker_cpus"],
-        worker_threads: int | None = _ROLLOUT["worker_threads"],
-        device: str = _ROLLOUT["device"],
-        env_resources: dict | None = _ROLLOUT["env_resources"],
-        policy_resources: dict | None = _ROLLOUT["policy_resources"],
-        compute_on_cpu: bool = _ROLLOUT["compute_on_cpu"],
-        ray_address: str | None = _ROLLOUT["ray_address"],
-        ray_num_cpus: int | None = _ROLLOUT["ray_num_cpus"],
-        actor_start_timeout_s: float = _ROLLOUT["actor_start_timeout_s"],
-        step_timeout_s: float | None = _ROLLOUT["step_timeout_s"],
-        max_actor_restarts: int = _ROLLOUT["max_actor_restarts"],
-        overlap_resets: bool = _ROLLOUT["overlap_resets"],
-        weight_sync: dict | None = _ROLLOUT["weight_sync"],
+        num_envs: int = 32,
+        group_size: int = 8,
+        rollout_epochs: int = 1,
+        max_episode_steps: int = 64,
+        chunk: int = 8,
+        temperature: float = 1.6,
+        placement: str = "disaggregated",
+        pipeline_stages: int = 1,
+        num_env_workers: int = 1,
+        num_rollout_workers: int = 1,
+        worker_cpus: float = 0.5,
+        worker_threads: int | None = 1,
+        device: str = "auto",
+        env_resources: dict | None = None,
+        policy_resources: dict | None = None,
+        compute_on_cpu: bool = False,
+        ray_address: str | None = None,
+        ray_num_cpus: int | None = None,
+        actor_start_timeout_s: float = 600.0,
+        step_timeout_s: float | None = 3600.0,
+        max_actor_restarts: int = 3,
+        overlap_resets: bool = True,
+        weight_sync: dict | None = None,
         tracing: bool = False,
         seed: int = 0,
     ):
@@ -123,7 +121,7 @@ class RolloutDataModule(L.LightningDataModule):
             ray_address=ray_address, ray_num_cpus=ray_num_cpus,
             actor_start_timeout_s=actor_start_timeout_s,
             max_actor_restarts=max_actor_restarts, tracing=tracing,
-            zero_copy_weights=bool(sync.pop("zero_copy", False)))
+            zero_copy_weights=bool(sync.pop("zero_copy", True)))
         self.sync = ActorSync(self.pool, step_timeout_s, **sync)
         self._trace_events: list[dict] = []  # actors' events since pop_trace_events
         self.last_timing: dict[str, float] = {}

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from strategies import devices
-from wmrl.config import ConfigError
+from wmrl.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda", "npu", "musa", "xpu")
 # The Ray resource that hands out cards of each device type. Ray narrows the runtime's

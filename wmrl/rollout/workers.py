@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from strategies import devices
-from wmrl.config import build
+from wmrl.build import build
 from wmrl.rollout.placement import resolve_device
 from wmrl.rollout.sync_group import SyncGroup
 from wmrl.rollout.weight_sync.receiver import WeightReceiver

@@ -1,4 +1,9 @@
-"""Action-conditioned Wan video world model (diffusers Wan DiT + VAE + action modules):
-``wmrl.world_model.action_wan``. Nothing is imported here: diffusers takes ~10 s to import
-(its autoencoders package loads every autoencoder), which a process that only reads or writes
-a world-model directory (``wmrl.world_model.files``) does not need."""
+"""The action-conditioned Wan video world model. Nothing is imported here (diffusers takes
+~10 s to import, which a process that only reads or writes a world-model directory does not
+need); the parts:
+
+``action_wan.py``  ``ActionWanModel``: the diffusers Wan DiT + VAE + action modules, the
+                   flow-matching training loss and the chunk generation.
+``sampler.py``     the sampler: the rectified-flow schedule and its Euler steps (the equations).
+``files.py``       a world-model directory's layout on disk.
+"""

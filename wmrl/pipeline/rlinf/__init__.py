@@ -1,0 +1,10 @@
+"""Importing RLinf's WoVR release (``scripts/import_rlinf.py``) into the layouts wmrl reads.
+Nothing is imported here; one module per artifact:
+
+``dit.py``         the action-conditioned DiT (DiffSynth / original-Wan keys -> diffusers'
+                   ``WanTransformer3DModel`` + ``action/``), streamed shard by shard.
+``vae.py``         the Wan2.2 VAE ``.pth`` -> diffusers' ``AutoencoderKLWan``.
+``reset_data.py``  the reset data (``traj*.npy``) -> wmrl's initial states (with KIR context).
+``npy.py``         the restricted unpickler the reset data is read with.
+``common.py``      what they share: ``ImportRefused``, the meta-device shape check, progress.
+"""
