@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,9 +13,11 @@ from wmrl import schema
 from wmrl.asset_checks import check_accelerator, check_assets
 from wmrl.errors import ConfigError
 
-__all__ = ["ConfigError", "assets_dir", "build", "check_paths", "to_container", "validate"]
+__all__ = ["ConfigError", "assets_dir", "build", "check_paths", "compose_config", "to_container",
+           "validate"]
 
 ASSETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 
 
 def assets_dir(sub: str = "") -> str:
@@ -24,6 +27,16 @@ def assets_dir(sub: str = "") -> str:
 
 if not OmegaConf.has_resolver("wmrl_assets"):
     OmegaConf.register_new_resolver("wmrl_assets", assets_dir)
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/<config_name>.yaml`` with Hydra ``overrides``, composed in-process (what
+    ``@hydra.main`` gives a script, without the run dir or logging); a bad override raises
+    Hydra's own error, naming the key."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
 
 
 def to_container(cfg: Any) -> Any:
