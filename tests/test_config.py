@@ -96,6 +96,25 @@ def test_task_settings_have_one_source():
         list(default.task.image_size) == list(default.callbacks.sim_eval.env.image_size)
 
 
+def test_pipeline_configs_score_at_the_envs_settings():
+    """The world-model and reward pipelines replay and score as the fit's env does: its
+    success_threshold and num_inference_steps, one override moving them all."""
+    env = fit_cfg().env
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        def pipelines(*over):
+            wm = compose("train_world_model", overrides=["train_dirs=[]", "out_dir=x", *over])
+            fit = compose("fit_reward_to_imagination", overrides=list(over))
+            reward = compose("train_reward", overrides=list(over))
+            return ((wm.eval.success_threshold, wm.eval.num_inference_steps),
+                    (fit.success_threshold, fit.num_inference_steps),
+                    reward.trajectories.num_inference_steps)
+
+        assert pipelines() == ((env.success_threshold, env.num_inference_steps),) * 2 + (
+            env.num_inference_steps,) == ((0.99, 5), (0.99, 5), 5)
+        assert pipelines("env.success_threshold=0.7", "env.num_inference_steps=3") == (
+            (0.7, 3), (0.7, 3), 3)
+
+
 def test_smoke_experiment_composes():
     cfg = fit_cfg("experiment=smoke")
     validate(cfg)
