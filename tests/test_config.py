@@ -276,8 +276,8 @@ def test_pace_file_holds_the_schemas_defaults():
     conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
     assert set(want) <= set(conf)
     interpolated = {k for k in want if OmegaConf.is_interpolation(conf, k)}
-    assert interpolated == {"num_states", "seed", "out_dir", "success_threshold",
-                            "num_inference_steps"}  # the last two: the env's
+    assert interpolated == {"num_states", "seed", "out_dir", "temperature", "success_threshold",
+                            "num_inference_steps"}  # the rollout's and the env's
     assert {k: conf[k] for k in want if k not in interpolated} == \
         {k: v for k, v in want.items() if k not in interpolated}
     assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}
@@ -286,3 +286,6 @@ def test_pace_file_holds_the_schemas_defaults():
     assert {d.name for d in WorldModelDtype} == set(_DTYPES)
     cfg = fit_cfg("experiment=pace")
     assert cfg.pace.out_dir == "/tmp/wmrl-test/pace" and cfg.pace.num_states == 256
+    # the simulator samples as the rollout does: the tabletop run's 1.0, and it follows
+    assert cfg.pace.temperature == cfg.rollout.temperature == 1.0
+    assert fit_cfg("experiment=pace", "rollout.temperature=1.6").pace.temperature == 1.6
