@@ -29,7 +29,10 @@ import numpy as np
 import torch
 
 from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
+from wmrl.schema import TaskSchema, defaults
 from wmrl.sim.tabletop import TabletopVecEnv
+
+_TASK = defaults(TaskSchema)
 
 
 def check_sizes(owner: str, num_envs: int, group_size: int, chunk: int,
@@ -98,7 +101,7 @@ class TabletopSimEnv(SimEnv):
         num_envs: int,
         group_size: int = 1,
         chunk: int = 8,
-        max_episode_steps: int = 64,
+        max_episode_steps: int = _TASK["max_episode_steps"],  # the tabletop task's
         task: str = "red_on_plate",
         num_states: int = 256,
         seed: int = 0,
