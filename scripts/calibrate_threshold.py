@@ -27,11 +27,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from wmrl.atomic import write_text  # noqa: E402
 from wmrl.build import build, to_container  # noqa: E402
-from wmrl.config import ConfigError, check_held_out_seed  # noqa: E402
+from wmrl.config import ConfigError, check_held_out_seed, compose_config  # noqa: E402
 from wmrl.envs.initial_states import write_initial_states  # noqa: E402
 from wmrl.eval.evaluate import evaluate_policy  # noqa: E402
 from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
@@ -46,8 +45,7 @@ from wmrl.sim.tabletop import initial_frames  # noqa: E402
 
 def calibrate(overrides: list[str], eval_seed: int = 2, states: int = 256, num_envs: int = 64,
               ckpt: str | None = None, seed: int = 0) -> dict:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("fit", overrides=overrides)
+    cfg = compose_config("fit", overrides)
     task = cfg.task
     check_held_out_seed(task, eval_seed, "calibrate")
     temperature = float(cfg.callbacks.sim_eval.temperature)

@@ -29,11 +29,11 @@ sys.path.insert(0, ROOT)
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from strategies import devices  # noqa: E402
 from wmrl.build import build, to_container  # noqa: E402
+from wmrl.config import compose_config  # noqa: E402
 
 PLACEMENTS = {  # placement -> overrides (on one card: env and policy actors take half each)
     "collocated": ["rollout.placement=collocated", "rollout.weight_sync.transport=device"],
@@ -70,8 +70,7 @@ def compose_fit(overrides: list[str], run_dir: str, cpu: bool):
     if not cpu:
         base += ["trainer.accelerator=gpu", "policy.dtype=bfloat16",
                  "policy.gradient_checkpointing=true"]
-    with initialize_config_dir(os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("fit", overrides=base + overrides)
+    cfg = compose_config("fit", base + overrides)
     if not cpu:
         OmegaConf.update(cfg, "policy.config", mid_policy_config(), force_add=True)
     return cfg
@@ -124,9 +123,7 @@ def fit_placement(name: str, overrides: list[str], cpu: bool) -> list[dict]:
 
 
 def world_model_fps(cpu: bool, size: int = 256, num_envs: int = 8, chunks: int = 4) -> dict:
-    with initialize_config_dir(os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("fit", overrides=["run_dir=/tmp/gpu-check", "env=wan_tiny",
-                                        "reward=resnet"])
+    cfg = compose_config("fit", ["run_dir=/tmp/gpu-check", "env=wan_tiny", "reward=resnet"])
     env = dict(to_container(cfg.env), reward=dict(to_container(cfg.reward)))
     device = "cpu" if cpu else "cuda"
     env["world_model"].update(height=size, width=size)

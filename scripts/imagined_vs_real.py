@@ -24,11 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
 from wmrl.atomic import atomic_path  # noqa: E402
 from wmrl.build import to_container  # noqa: E402
-from wmrl.config import ConfigError  # noqa: E402
+from wmrl.config import ConfigError, compose_config  # noqa: E402
 from wmrl.eval.evaluate import save_gif  # noqa: E402
 from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
 from wmrl.eval.side_by_side import imagined_vs_real, side_by_side_video  # noqa: E402
@@ -74,8 +72,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--gif", action="store_true", help="also the videos, as FIG.gif")
     args, overrides = p.parse_known_args(argv)
     try:
-        with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("fit", overrides=["run_dir=/tmp/wmrl-figure", *overrides])
+        cfg = compose_config("fit", ["run_dir=/tmp/wmrl-figure", *overrides])
         policy = load_policy(to_container(cfg.policy), args.ckpt)
         sim = to_container(cfg.callbacks.sim_eval)
         chunk = int(cfg.rollout.chunk)

@@ -86,7 +86,7 @@ def load_trajectory_frames(cfg: dict) -> dict:
         from wmrl.finetune.reward_data import imagined_frames
 
         f2, l2, i2, names = imagined_frames(cfg["data_dir"], t["imagined_from"],
-                                            tasks=t.get("tasks"),
+                                            int(t["num_inference_steps"]), tasks=t.get("tasks"),
                                             negative_stride=int(t.get("negative_stride", 1)))
         ids_map = np.array([tasks.index(n) if n in tasks else -1 for n in names])
         if (ids_map < 0).any():

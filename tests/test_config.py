@@ -96,6 +96,25 @@ def test_task_settings_have_one_source():
         list(default.task.image_size) == list(default.callbacks.sim_eval.env.image_size)
 
 
+def test_pipeline_configs_score_at_the_envs_settings():
+    """The world-model and reward pipelines replay and score as the fit's env does: its
+    success_threshold and num_inference_steps, one override moving them all."""
+    env = fit_cfg().env
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        def pipelines(*over):
+            wm = compose("train_world_model", overrides=["train_dirs=[]", "out_dir=x", *over])
+            fit = compose("fit_reward_to_imagination", overrides=list(over))
+            reward = compose("train_reward", overrides=list(over))
+            return ((wm.eval.success_threshold, wm.eval.num_inference_steps),
+                    (fit.success_threshold, fit.num_inference_steps),
+                    reward.trajectories.num_inference_steps)
+
+        assert pipelines() == ((env.success_threshold, env.num_inference_steps),) * 2 + (
+            env.num_inference_steps,) == ((0.99, 5), (0.99, 5), 5)
+        assert pipelines("env.success_threshold=0.7", "env.num_inference_steps=3") == (
+            (0.7, 3), (0.7, 3), 3)
+
+
 def test_smoke_experiment_composes():
     cfg = fit_cfg("experiment=smoke")
     validate(cfg)
@@ -263,8 +282,8 @@ def test_pace_file_holds_the_schemas_defaults():
     conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
     assert set(want) <= set(conf)
     interpolated = {k for k in want if OmegaConf.is_interpolation(conf, k)}
-    assert interpolated == {"num_states", "seed", "out_dir", "success_threshold",
-                            "num_inference_steps"}  # the last two: the env's
+    assert interpolated == {"num_states", "seed", "out_dir", "temperature", "success_threshold",
+                            "num_inference_steps"}  # the rollout's and the env's
     assert {k: conf[k] for k in want if k not in interpolated} == \
         {k: v for k, v in want.items() if k not in interpolated}
     assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}
@@ -273,3 +292,6 @@ def test_pace_file_holds_the_schemas_defaults():
     assert {d.name for d in WorldModelDtype} == set(_DTYPES)
     cfg = fit_cfg("experiment=pace")
     assert cfg.pace.out_dir == "/tmp/wmrl-test/pace" and cfg.pace.num_states == 256
+    # the simulator samples as the rollout does: the tabletop run's 1.0, and it follows
+    assert cfg.pace.temperature == cfg.rollout.temperature == 1.0
+    assert fit_cfg("experiment=pace", "rollout.temperature=1.6").pace.temperature == 1.6

@@ -1,12 +1,14 @@
-"""The checks that run on a composed config before anything heavy starts (building objects
-from config, and the ``${wmrl_assets:}`` resolver: ``wmrl/build.py``)."""
+"""Composing a config (``compose_config``) and the checks that run on it before anything heavy
+starts (building objects from config, and the ``${wmrl_assets:}`` resolver: ``wmrl/build.py``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from wmrl.asset_checks import check_accelerator, check_assets
@@ -14,7 +16,18 @@ from wmrl.build import to_container
 from wmrl.errors import ConfigError
 from wmrl.schema import check as check_schema
 
-__all__ = ["ConfigError", "check_paths", "validate"]
+__all__ = ["CONF_DIR", "ConfigError", "check_paths", "compose_config", "validate"]
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+def compose_config(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """``conf/<config_name>.yaml`` with Hydra ``overrides``, composed in-process (what
+    ``@hydra.main`` gives a script, without the run dir or logging); a bad override raises
+    Hydra's own error, naming the key."""
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
+
 
 def validate(cfg: DictConfig) -> None:
     """Fail early (before Ray or any model starts) with the key that is wrong: the groups'

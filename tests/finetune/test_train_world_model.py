@@ -185,7 +185,7 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     from wmrl.finetune.reward_data import imagined_frames
     from wmrl.sim.dataset import TrajectoryDataset
 
-    f, y, ids, names = imagined_frames(data, tmp_path / "wm", batch_size=2)
+    f, y, ids, names = imagined_frames(data, tmp_path / "wm", 5, batch_size=2)
     sim = np.concatenate([ep.success_labels[1:] for ep in TrajectoryDataset(data)])
     assert f.shape == (36, 32, 32, 3) and f.dtype == np.uint8 and ids.tolist() == [0] * 36
     assert y.tolist() == sim.astype(np.uint8).tolist() and names == obs["task"][:1]

@@ -157,12 +157,13 @@ def test_histogram_success_and_zero_variance_groups():
     counts, edges = score_histogram(torch.tensor([0.0, 0.05, 0.5, 1.0]), bins=2)
     assert counts.tolist() == [2, 2] and edges.tolist() == [0.0, 0.5, 1.0]
     s = torch.tensor([[0.1, 0.95, 0.0], [0.3, 0.89, 0.2]])
-    assert trajectory_success(s).tolist() == [True, False]
+    assert trajectory_success(s, 0.9).tolist() == [True, False]
     rewards = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1.0])
     assert zero_variance_fraction(rewards, 4) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="groups of 5"):
         zero_variance_fraction(rewards, 5)
-    report = reward_report(s.repeat(2, 1), torch.tensor([[0, 1, 0], [0, 0, 0]] * 2), 2)
+    report = reward_report(s.repeat(2, 1), torch.tensor([[0, 1, 0], [0, 0, 0]] * 2), 2,
+                           success_threshold=0.9)
     assert report["trajectory"]["accuracy"] == 1.0 and report["zero_variance_fraction"] == 0.0
     assert sum(report["histogram"]) == 12
 

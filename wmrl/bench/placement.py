@@ -12,16 +12,15 @@ run's."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
 
 import lightning as L
-from hydra import compose, initialize_config_dir
+
+from wmrl.config import compose_config
 
 MODES = (("collocated", 1), ("disaggregated", 1), ("hybrid", 2))
-CONF = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "conf"))
 
 
 class _StepClock(L.Callback):
@@ -39,8 +38,8 @@ def _fit(placement: str, stages: int, steps: int, num_envs: int, overlap: bool,
     from wmrl.fit import fit
 
     clock = _StepClock()
-    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(CONF, version_base="1.3"):
-        cfg = compose("fit", overrides=[
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose_config("fit", [
             f"run_dir={tmp}", "logger=csv", "trainer.enable_progress_bar=false",
             f"trainer.max_steps={steps + 1}", f"rollout.placement={placement}",
             f"rollout.pipeline_stages={stages}", f"rollout.num_envs={num_envs}",

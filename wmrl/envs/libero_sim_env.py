@@ -22,7 +22,8 @@ class LiberoSimEnv(SimEnv):
         num_envs: int,
         group_size: int = 1,
         chunk: int = 8,
-        max_episode_steps: int = 224,
+        max_episode_steps: int = 224,  # libero_spatial's 220-step limit in chunks of 8, not
+                                       # the tabletop task's (conf/task)
         task: str = "libero_spatial/0",
         num_states: int = 50,
         seed: int = 0,

@@ -98,7 +98,7 @@ class TabletopSimEnv(SimEnv):
         num_envs: int,
         group_size: int = 1,
         chunk: int = 8,
-        max_episode_steps: int = 64,
+        max_episode_steps: int = 64,  # the tabletop task's (task.max_episode_steps)
         task: str = "red_on_plate",
         num_states: int = 256,
         seed: int = 0,

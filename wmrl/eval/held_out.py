@@ -17,15 +17,11 @@ from __future__ import annotations
 import json
 import os
 
-from hydra import compose, initialize_config_dir
-
 from wmrl.atomic import write_text
 from wmrl.build import to_container
-from wmrl.config import ConfigError, check_held_out_seed
+from wmrl.config import ConfigError, check_held_out_seed, compose_config
 from wmrl.eval.evaluate import evaluate_eval_config
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "conf")
 FILE = "held_out.json"  # in a run dir, next to sim_eval/
 
 
@@ -33,8 +29,7 @@ def held_out_config(eval_seed: int = 2, states: int = 256, overrides: list[str] 
                     purpose: str = "score") -> dict:
     """``conf/eval.yaml`` with ``overrides``, on ``states`` scenes of ``eval_seed``; a scene set
     that results are reported on or trained on is refused (``ConfigError`` naming ``purpose``)."""
-    with initialize_config_dir(CONF_DIR, version_base="1.3"):
-        cfg = compose("eval", overrides=list(overrides or []))
+    cfg = compose_config("eval", overrides or [])
     check_held_out_seed(cfg.task, eval_seed, purpose)
     out = to_container(cfg)
     out["env"] = dict(out["env"], eval_seed=eval_seed)

@@ -91,10 +91,10 @@ class _NeverSuccess:
 def imagined_frames(
     dataset_dir: str | os.PathLike | Sequence[str | os.PathLike],
     world_model_dir: str | os.PathLike,
+    num_inference_steps: int,
     tasks: Sequence[str] | None = None,
     negative_stride: int = 1,
     batch_size: int = 64,
-    num_inference_steps: int = 5,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Open-loop replays of simulator episodes through the world model, labelled by the
@@ -130,7 +130,7 @@ def imagined_frames(
 
 
 @torch.no_grad()
-def imagined_replays(model: ActionWanModel, episodes: Sequence, num_inference_steps: int = 5,
+def imagined_replays(model: ActionWanModel, episodes: Sequence, num_inference_steps: int,
                      batch_size: int = 64, seed: int = 0) -> list[np.ndarray]:
     """Each episode's open-loop replay in ``model``: a ``WanWorldModelEnv`` started from the
     episode's first frame is fed its actions chunk by chunk; uint8 [T, H, W, 3] per episode,

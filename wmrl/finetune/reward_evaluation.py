@@ -69,7 +69,7 @@ def score_histogram(scores: torch.Tensor, bins: int = 10) -> tuple[torch.Tensor,
     return torch.bincount(idx, minlength=bins), edges
 
 
-def trajectory_success(frame_scores: torch.Tensor, threshold: float = 0.9) -> torch.Tensor:
+def trajectory_success(frame_scores: torch.Tensor, threshold: float) -> torch.Tensor:
     """bool [N] from scores [N, T]: success once any frame reaches ``threshold``."""
     return torch.as_tensor(frame_scores).amax(dim=-1) >= threshold
 
@@ -86,7 +86,7 @@ def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
 
 
 def reward_report(frame_scores: torch.Tensor, frame_labels: torch.Tensor,
-                  group_size: int | None = None, success_threshold: float = 0.9,
+                  group_size: int | None = None, *, success_threshold: float,
                   bins: int = 10) -> dict:
     """Frame-level and trajectory-level agreement for scores/labels of shape [N, T].
 

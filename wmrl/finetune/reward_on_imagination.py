@@ -133,8 +133,8 @@ def finetune_classifier(reward, optimizer: torch.optim.Optimizer, frames: torch.
 
 def fit_reward_to_imagination(reward, optimizer: torch.optim.Optimizer, world_model,
                               episodes: Sequence[Episode], steps: int, batch_size: int,
-                              threshold: float, holdout: float = 0.25,
-                              num_inference_steps: int = 5, seed: int = 0) -> dict:
+                              threshold: float, holdout: float, num_inference_steps: int,
+                              seed: int = 0) -> dict:
     """Replay ``episodes`` in ``world_model`` (an ``ActionWanModel``), split them, score the
     held-out replays, fine-tune ``reward`` on the training replays, score again. Returns
     ``{"losses", "before", "after", "train_episodes", "held_out_episodes",

@@ -316,7 +316,7 @@ def _predict_chunk(model: ActionWanModel, cond: torch.Tensor, actions: torch.Ten
     return u8_video_to_unit(unit_to_u8_torch(video).permute(0, 2, 3, 4, 1))
 
 
-def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_steps: int = 5,
+def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_steps: int,
                        max_clips: int = 128, batch_size: int = 32,
                        seed: int = 0) -> dict[str, float]:
     """Teacher-forced one-chunk prediction on held-out clips: generate the 8 new frames from
@@ -387,7 +387,7 @@ def success_confusion(wm: np.ndarray, sim: np.ndarray) -> dict:
 @torch.no_grad()
 def replay_agreement(env_factory: Callable[[int, object], object], episodes: Sequence,
                      chunk: int = CHUNK, max_chunks: int | None = None,
-                     batch_size: int = 64, success_threshold: float = 0.5,
+                     batch_size: int = 64, *, success_threshold: float,
                      thresholds: Sequence[float] = REPLAY_THRESHOLDS) -> dict:
     """Open-loop replay: each held-out episode's actions, chunk by chunk, through a
     ``WanWorldModelEnv`` started from the episode's first frame; the world model's success

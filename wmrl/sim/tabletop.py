@@ -349,7 +349,7 @@ class TabletopEnv:
     def __init__(
         self,
         image_size: int | tuple[int, int] | list[int] = 64,
-        max_episode_steps: int = 80,
+        max_episode_steps: int = 80,  # the bare simulator's; runs pass conf/task's
         control_dt: float = 0.05,
         max_pos_step: float = 0.02,
         max_rot_step: float = 0.1,
