@@ -71,16 +71,14 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from strategies.live_bytes import LiveBytes
 from wmrl.config import to_container
 from wmrl.policies.openvla_oft import build_policy_meta
 from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier, frames_to_input
@@ -239,48 +237,6 @@ def build_reward(reward_cfg: dict | None) -> tuple[nn.Module | None, Any, str]:
 
 
 # ---- meta-device tracing -------------------------------------------------------------------
-class LiveBytes(TorchDispatchMode):
-    """Bytes of live tensor storages created under the mode, and their peak.
-
-    Every tensor an op returns is counted once per storage; the storage's bytes are released
-    when the last tensor seen on it is garbage (``weakref.finalize``; a tensor C++ still holds
-    keeps its Python object, so a storage counts while anything uses it). Works on meta
-    tensors: the peak is what eager execution would hold, without allocator caching."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._storages: dict[int, list[int]] = {}  # key -> [bytes, tensors]
-
-    def reset_peak(self) -> None:
-        self.peak = self.live
-
-    def _release(self, key: int) -> None:
-        entry = self._storages[key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._storages[key]
-            self.live -= entry[0]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor):
-                continue
-            storage = t.untyped_storage()
-            key = storage._cdata
-            entry = self._storages.get(key)
-            if entry is None:
-                self._storages[key] = [storage.nbytes(), 1]
-                self.live += storage.nbytes()
-                self.peak = max(self.peak, self.live)
-            else:
-                entry[1] += 1
-            weakref.finalize(t, self._release, key)
-        return out
-
-
 @torch.no_grad()
 def trace_world_model(model: nn.Module, batch: int, height: int, width: int,
                       condition_frames: int, chunk: int, action_dim: int = 7) -> dict[str, int]:
