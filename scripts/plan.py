@@ -6,13 +6,14 @@
     python scripts/plan.py env.world_model.vae_dtype=float32 +plan.prompt_tokens=128
 
 Composes ``conf/fit.yaml`` (any override that ``scripts/fit.py`` takes works) on top of the
-real-size defaults ``wmrl.plan.plan.REAL_SIZE_DEFAULTS``: ``policy=openvla_oft_7b
+real-size defaults ``wmrl.plan.compose.REAL_SIZE_DEFAULTS``: ``policy=openvla_oft_7b
 env=wan22_ti2v_5b_libero reward=resnet`` (ResNet-18 widths, frames at their own size)
 ``strategy=hybrid_shard trainer.devices=8 rollout.num_envs=8`` (the WoVR recipe's 64 envs over
 8 ranks); an override of a key replaces its default. Builds the models on the meta device
 (absent checkpoints: their architecture configs), prints a table per role and per placement
-and then one JSON line per figure. Formulas: ``wmrl/plan/plan.py``. ``+plan.headroom``,
-``+plan.device_sizes_gb``, ``+plan.sweep_envs`` and ``+plan.prompt_tokens`` tune the report.
+and then one JSON line per figure. Formulas: ``wmrl/plan/`` (``wmrl/plan/__init__.py`` names the
+file of each part). ``+plan.headroom``, ``+plan.device_sizes_gb``, ``+plan.sweep_envs`` and
+``+plan.prompt_tokens`` tune the report.
 """
 
 import os
@@ -23,8 +24,10 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.config import ConfigError  # noqa: E402
-from wmrl.plan.plan import with_real_size_defaults  # noqa: E402
+from wmrl.config import ConfigError, validate  # noqa: E402
+from wmrl.plan.compose import options_from, with_real_size_defaults  # noqa: E402
+from wmrl.plan.memory import make_plan  # noqa: E402
+from wmrl.plan.report import format_table, json_lines  # noqa: E402
 
 # no outputs/<date>/ directory and no log files for a report
 QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
@@ -33,9 +36,6 @@ QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disab
 
 @hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from wmrl.config import validate
-    from wmrl.plan.plan import format_table, json_lines, make_plan, options_from
-
     try:
         validate(cfg)
         plan = make_plan(cfg, options_from(cfg))
