@@ -85,7 +85,9 @@ class Role:
 
 
 @dataclass
-class Placement:
+class PlacementMemory:
+    """One placement's memory per device: the devices it takes, the peak on the fullest one,
+    the role (or roles) that set that peak (``binding``), and which device sizes it fits."""
     name: str
     devices: int
     peak: int | None  # None: the placement cannot run this config (``binding`` says why)
@@ -94,17 +96,20 @@ class Placement:
 
 
 @dataclass
-class Plan:
+class MemoryPlan:
+    """Every figure of the plan (``make_plan``): the setup (``header``), parameter counts,
+    bytes per role, the trainer's activations, the env-actor sweep and the placements."""
     header: dict[str, Any]
     params: dict[str, dict[str, Any]]
     roles: dict[str, Role]
     activations: dict[str, dict[str, int]]
     env_sweep: dict[int, int]  # envs per actor -> env actor (world model + reward) peak
-    placements: list[Placement]
+    placements: list[PlacementMemory]
     options: PlanOptions
 
 
 def _shard_group(cfg) -> int:
+    """N: the ranks one trainer state is sharded over."""
     strategy = cfg.get("strategy") or {}
     devices = int(cfg.trainer.get("devices", 1))
     nodes = int(cfg.trainer.get("num_nodes", 1))
@@ -125,7 +130,7 @@ def _fsdp_units(policy: nn.Module) -> tuple[int, int]:
     return max(units, default=0), numel(policy) - sum(units)
 
 
-def make_plan(cfg, options: PlanOptions | None = None) -> Plan:
+def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
     """Build the three models on meta and work out every figure (see the module docstring)."""
     opt = options or PlanOptions()
     policy_cfg = to_container(cfg.policy)
@@ -238,27 +243,27 @@ def make_plan(cfg, options: PlanOptions | None = None) -> Plan:
     w, rw = int(r.num_env_workers), int(r.num_rollout_workers)
     env, rollout = roles["env"], roles["rollout"]
 
-    def placement(name: str, devs: int, parts: dict[str, int]) -> Placement:
+    def placement_memory(name: str, devs: int, parts: dict[str, int]) -> PlacementMemory:
         peak = max(parts.values())
         fits = {s: peak <= opt.headroom * s * GB for s in opt.device_sizes_gb}
-        return Placement(name, devs, peak, max(parts, key=parts.get), fits)
+        return PlacementMemory(name, devs, peak, max(parts, key=parts.get), fits)
 
     placements = [
-        placement("collocated, idle roles offloaded", devices,
+        placement_memory("collocated, idle roles offloaded", devices,
                   {"trainer": trainer.peak, "env actor": w * env.peak,
                    "policy actor": w * rollout.peak}),
-        placement("collocated, nothing offloaded", devices, {"all roles": (
+        placement_memory("collocated, nothing offloaded", devices, {"all roles": (
             trainer.r + w * (env.r + rollout.r) + max(trainer.t, w * max(env.t, rollout.t)))}),
-        placement("disaggregated", devices * (1 + w + rw),
+        placement_memory("disaggregated", devices * (1 + w + rw),
                   {"trainer": trainer.peak, "env actor": env.peak, "policy actor": rollout.peak}),
     ]
     name = f"hybrid ({stages} stages)"
     if hybrid_ok:
-        placements.append(placement(name, devices * (1 + w + rw), {
+        placements.append(placement_memory(name, devices * (1 + w + rw), {
             "trainer": trainer.peak, "env actor": roles["env_hybrid"].peak,
             "policy actor": roles["rollout_hybrid"].peak}))
     else:
-        placements.append(Placement(name, devices * (1 + w + rw), None, (
+        placements.append(PlacementMemory(name, devices * (1 + w + rw), None, (
             f"n/a: {b} envs per actor do not split into {stages} stages of whole groups of "
             f"{group}"), {s: False for s in opt.device_sizes_gb}))
     header = dict(devices=devices, shard_group=n_shard, micro_batch=micro,
@@ -267,5 +272,5 @@ def make_plan(cfg, options: PlanOptions | None = None) -> Plan:
                   frames=cond_frames + chunk, height=height, width=width,
                   policy_source=policy_src, world_model_source=wm_src,
                   reward_source=reward_src, fsdp_unit_params=unit, fsdp_root_params=root)
-    return Plan(header, params, roles, {"on": acts["on"], "off": acts["off"]}, sweep,
+    return MemoryPlan(header, params, roles, {"on": acts["on"], "off": acts["off"]}, sweep,
                 placements, opt)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from wmrl.plan.memory import GB, Plan
+from wmrl.plan.memory import GB, MemoryPlan
 
 
 def _gb(n: int | float) -> str:
     return f"{n / GB:8.2f}"
 
 
-def format_table(plan: Plan) -> str:
+def format_table(plan: MemoryPlan) -> str:
     h, pr, ro = plan.header, plan.params, plan.roles
     out = [
         f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan/plan.py): "
@@ -63,7 +63,7 @@ def format_table(plan: Plan) -> str:
     return "\n".join(out)
 
 
-def json_lines(plan: Plan) -> list[str]:
+def json_lines(plan: MemoryPlan) -> list[str]:
     """One JSON object per figure."""
     lines = [dict(figure="params", model=k, **v) for k, v in plan.params.items()]
     for key, role in plan.roles.items():
