@@ -14,7 +14,7 @@ def _gb(n: int | float) -> str:
 def format_table(plan: MemoryPlan) -> str:
     h, pr, ro = plan.header, plan.params, plan.roles
     out = [
-        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan/plan.py): "
+        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan/): "
         f"trainer.devices={h['devices']}, FSDP shard group {h['shard_group']}, micro_batch "
         f"{h['micro_batch']}, {h['envs_per_actor']} envs per env actor, {h['frames']} frames at "
         f"{h['height']}x{h['width']}",
