@@ -2,20 +2,21 @@
 present checkpoints' own configs."""
 
 import torch
+from real_size_plans import default_plan, plan_for
 
 from wmrl.config import to_container
 from wmrl.plan.compose import compose
 from wmrl.plan.meta import build_policy, build_world_model
 
 
-def test_param_counts_come_from_the_meta_modules(default_plan):
+def test_param_counts_come_from_the_meta_modules():
     cfg = compose([])
     policy, src = build_policy(to_container(cfg.policy))
     wm, wm_src = build_world_model(to_container(cfg.env)["world_model"])
     assert "published 7B" in src and "architecture in env.world_model" in wm_src
     for m in (policy, wm):  # nothing allocated: every parameter and buffer is on meta
         assert {t.device.type for t in [*m.parameters(), *m.buffers()]} == {"meta"}
-    p = default_plan.params
+    p = default_plan().params
     assert p["policy"]["params"] == sum(t.numel() for t in policy.parameters())
     assert 7.4e9 < p["policy"]["params"] < 7.6e9  # OpenVLA-OFT 7.5B
     assert p["policy"]["params"] == 7_541_237_184
@@ -27,7 +28,7 @@ def test_param_counts_come_from_the_meta_modules(default_plan):
     assert wm.transformer.condition_embedder.time_embedder.linear_1.weight.dtype == torch.float32
 
 
-def test_present_checkpoints_are_planned_from_their_own_configs(plan_for):
+def test_present_checkpoints_are_planned_from_their_own_configs():
     """The shipped tabletop checkpoints: configs read from their directories, still on meta."""
     plan = plan_for("policy=openvla_oft_tabletop", "env=wan_tabletop",
                     "reward=resnet_tabletop", "trainer.devices=1")

@@ -4,17 +4,20 @@ import json
 import os
 import sys
 
+from real_size_plans import default_plan
+
 from wmrl.plan.report import format_table, json_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_table_and_json_lines(default_plan):
-    table = format_table(default_plan)
+def test_table_and_json_lines():
+    default = default_plan()
+    table = format_table(default)
     for text in ("7,541,237,184", "4,999,787,712", "collocated, idle roles offloaded",
                  "141 GB", "trainer policy", "env actor"):
         assert text in table
-    lines = [json.loads(x) for x in json_lines(default_plan)]
+    lines = [json.loads(x) for x in json_lines(default)]
     figures = {x["figure"] for x in lines}
     assert {"params", "bytes", "role_peak", "trainer_activations", "env_actor_peak",
             "placement", "setup"} <= figures
@@ -22,16 +25,17 @@ def test_table_and_json_lines(default_plan):
     assert len([x for x in lines if x["figure"] == "placement"]) == 4
 
 
-def test_script_prints_the_table_and_json_lines(default_plan, monkeypatch, capsys):
+def test_script_prints_the_table_and_json_lines(monkeypatch, capsys):
     """``python scripts/plan.py +plan.sweep_envs=[8]`` through the script's own ``__main__``
     (the real-size defaults, Hydra's main with its quiet overrides) in this process, from the
-    repository root as ``make plan`` runs it; after ``default_plan``, so the traces it shares
+    repository root as ``make plan`` runs it; after ``default_plan()``, so the traces it shares
     with that plan are already made."""
     import runpy
 
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
+    default_plan()
     script = os.path.join(ROOT, "scripts", "plan.py")
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "argv", [script, "+plan.sweep_envs=[8]"])
