@@ -84,7 +84,7 @@ class Measure(L.Callback):
 
         dm = trainer.datamodule
         self.actors = [dict(info, memory=mem) for info, mem in zip(
-            dm.placement_report(), ray.get([a.memory_stats.remote() for a in dm.plan.actors]))]
+            dm.placement_report(), ray.get([a.memory_stats.remote() for a in dm.layout.actors]))]
         self.transport = dm.sender.transport
 
 

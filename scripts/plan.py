@@ -4,14 +4,16 @@
     python scripts/plan.py trainer.devices=4 algorithm.micro_batch=16
     python scripts/plan.py policy.gradient_checkpointing=false rollout.num_envs=64
     python scripts/plan.py env.world_model.vae_dtype=float32 +plan.prompt_tokens=128
+    python scripts/plan.py experiment=wovr_libero_spatial env=wovr_libero  # a recipe, real sizes
 
-Composes ``conf/fit.yaml`` (any override that ``scripts/fit.py`` takes works) on top of the
-real-size defaults ``wmrl.plan.plan.REAL_SIZE_DEFAULTS``: ``policy=openvla_oft_7b
-env=wan22_ti2v_5b_libero reward=resnet`` (ResNet-18 widths, frames at their own size)
-``strategy=hybrid_shard trainer.devices=8 rollout.num_envs=8`` (the WoVR recipe's 64 envs over
-8 ranks); an override of a key replaces its default. Builds the models on the meta device
-(absent checkpoints: their architecture configs), prints a table per role and per placement
-and then one JSON line per figure. Formulas: ``wmrl/plan/plan.py``. ``+plan.headroom``,
+Composes ``conf/fit.yaml`` (any override that ``scripts/fit.py`` takes works) with the
+experiment ``conf/experiment/real_size.yaml`` after the chosen one (``tabletop`` by default):
+``policy=openvla_oft_7b env=wan22_ti2v_5b_libero reward=resnet_real_size`` (ResNet-18 widths,
+frames at their own size) ``strategy=hybrid_shard trainer.devices=8 rollout.num_envs=8`` (the
+WoVR recipe's 64 envs over 8 ranks); an override of a key or of a group replaces its value
+there. Builds the models on the meta device (absent checkpoints: their architecture configs),
+prints a table per role and per placement and then one JSON line per figure. Formulas:
+``wmrl/plan/`` (``wmrl/plan/__init__.py`` names the file of each part). ``+plan.headroom``,
 ``+plan.device_sizes_gb``, ``+plan.sweep_envs`` and ``+plan.prompt_tokens`` tune the report.
 """
 
@@ -23,8 +25,10 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.config import ConfigError  # noqa: E402
-from wmrl.plan.plan import with_real_size_defaults  # noqa: E402
+from wmrl.config import ConfigError, validate  # noqa: E402
+from wmrl.plan.compose import REAL_SIZE, options_from  # noqa: E402
+from wmrl.plan.memory import make_plan  # noqa: E402
+from wmrl.plan.report import format_table, json_lines  # noqa: E402
 
 # no outputs/<date>/ directory and no log files for a report
 QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
@@ -33,9 +37,6 @@ QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disab
 
 @hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from wmrl.config import validate
-    from wmrl.plan.plan import format_table, json_lines, make_plan, options_from
-
     try:
         validate(cfg)
         plan = make_plan(cfg, options_from(cfg))
@@ -49,7 +50,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    args = with_real_size_defaults(sys.argv[1:])
+    args = [REAL_SIZE, *sys.argv[1:]]
     given = {a.split("=", 1)[0] for a in args}
     sys.argv = [sys.argv[0], *args, *(q for q in QUIET if q.split("=", 1)[0] not in given)]
     main()

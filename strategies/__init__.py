@@ -14,6 +14,8 @@
   elsewhere) per module instance, through transformers' kernel hooks (``kernels.kernelize``
   with in-process layers) or, without hooks, a probed instance forward; probed against the
   eager math; returns a ``FusedOpsReport`` saying which path ran.
+- ``LiveBytes``: a dispatch mode counting the bytes of live tensor storages and their peak
+  (works on the meta device: what a forward would hold, with nothing allocated).
 
 Install on its own with ``pip install ./strategies`` (distribution ``wmrl-strategies``); the
 runnable example is in ``strategies/README.md``.
@@ -39,6 +41,7 @@ _EXPORTS = {
     "DeviceMixedPrecision": "precision",
     "FusedOpsReport": "fused",
     "HybridShardStrategy": "hybrid_shard",
+    "LiveBytes": "live_bytes",
     "MUSAAccelerator": "accelerators",
     "NPUAccelerator": "accelerators",
     "apply_fully_shard": "sharding",

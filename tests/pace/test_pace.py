@@ -242,7 +242,7 @@ class PaceProbe(L.Callback):
     @staticmethod
     def held(trainer) -> tuple[list[int], dict]:
         dm = trainer.datamodule
-        return dm.world_model_versions(), ray.get(dm.plan.env_actors[0].env_model_state.remote())
+        return dm.world_model_versions(), ray.get(dm.layout.env_actors[0].env_model_state.remote())
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not hasattr(self, "first"):

@@ -97,7 +97,7 @@ def decide_again(dm, overlap):
 def drain(dm):
     """The resets started ahead for a step that is not made: let them finish and drop their
     records (else the next run's first step would count them as its own)."""
-    ray.get([a.pop_step_record.remote() for a in dm.plan.actors])
+    ray.get([a.pop_step_record.remote() for a in dm.layout.actors])
     dm.pop_trace_events()
 
 
@@ -153,7 +153,7 @@ def run_disaggregated():
                 return
             seed, refs = dm._resets_ahead
             ray.wait(list(refs.values()), num_returns=len(refs), fetch_local=False)
-            actor = dm.plan.env_actors[1]
+            actor = dm.layout.env_actors[1]
             assert ray.get(actor.holds_reset.remote(0, reset_seed(seed, 0, 1, 0)))
             ray.kill(actor, no_restart=False)  # Ray restarts it (max_actor_restarts)
             deadline = time.monotonic() + 60

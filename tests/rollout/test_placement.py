@@ -143,7 +143,7 @@ def test_two_ranks_place_actors_by_resources(ray_local, placement):
                 given += [(k, i) for k, ids in info["accelerator_ids"].items() for i in ids]
         assert sorted(given) == cards
         # the placed actors roll out, and take weights (gloo group: trainer + 2 actors)
-        policy = dms[0].plan.policy_actors[0]
+        policy = dms[0].layout.policy_actors[0]
         weights = {k: v + 0.25 for k, v in ray.get(policy.get_state.remote()).items()}
         weights = {k: torch.from_numpy(v) for k, v in weights.items()}
         for dm in dms:
@@ -168,7 +168,7 @@ def test_missing_resource_fails_before_any_actor_starts(ray_local):
     with pytest.raises(ConfigError, match="rollout.policy_resources.*GPU: 6 but the Ray "
                                           "cluster has GPU: 4"):
         dm.start(rank=0, world_size=2)
-    assert dm.plan is None
+    assert dm.layout is None
     dm = _dm("hybrid", env_resources={"sim_node": 1})
     with pytest.raises(ConfigError, match="rollout.env_resources.*sim_node: 1 but the Ray "
                                           "cluster has sim_node: 0"):

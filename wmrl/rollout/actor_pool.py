@@ -18,7 +18,7 @@ import ray
 import torch
 
 from wmrl.rollout import placement as place
-from wmrl.rollout.engine import RolloutPlan
+from wmrl.rollout.engine import ActorLayout
 from wmrl.rollout.workers import RolloutActor
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def first_line(err: BaseException) -> str:
 
 
 class ActorPool:
-    """The env and policy actors of one trainer rank (``RolloutPlan``)."""
+    """The env and policy actors of one trainer rank (``ActorLayout``)."""
 
     def __init__(self, policy: dict, env: dict, placement: str, stages: int,
                  num_env_workers: int, num_rollout_workers: int, worker_cpus: float,
@@ -49,7 +49,7 @@ class ActorPool:
         self.actor_start_timeout_s = actor_start_timeout_s
         self.max_actor_restarts = max_actor_restarts
         self.tracing, self.zero_copy_weights = tracing, zero_copy_weights
-        self.plan: RolloutPlan | None = None
+        self.layout: ActorLayout | None = None
         self.trainer_device = torch.device("cpu")
         self.restarts = 0  # actor deaths recovered from in this run
         self._names: dict[str, str] = {}  # Ray actor id -> env-0, policy-0, ...
@@ -66,9 +66,9 @@ class ActorPool:
                          log_to_driver=False)
                 self._started_ray = True
         self.trainer_device = torch.device(trainer_device)
-        self.plan = self._build_plan(world_size)
+        self.layout = self._build_layout(world_size)
         try:  # fail loudly, not hang, when Ray cannot place the actors
-            ray.get([a.ready.remote() for a in self.plan.actors],
+            ray.get([a.ready.remote() for a in self.layout.actors],
                     timeout=self.actor_start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise RuntimeError(
@@ -78,9 +78,9 @@ class ActorPool:
                 "may hold what they need.") from None
 
     def stop(self) -> None:
-        for a in self.plan.actors if self.plan else []:
+        for a in self.layout.actors if self.layout else []:
             ray.kill(a)
-        self.plan = None
+        self.layout = None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -101,7 +101,7 @@ class ActorPool:
                                          self.num_rollout_workers, "policy"),
         }
 
-    def _build_plan(self, world_size: int) -> RolloutPlan:
+    def _build_layout(self, world_size: int) -> ActorLayout:
         roles = self._options()
         place.check_cluster({key: place.request_of(opts, n) for key, (opts, n, _) in roles.items()},
                             ray.cluster_resources(), ranks=world_size)
@@ -119,26 +119,26 @@ class ActorPool:
                                 for i, a in enumerate(actors[role])})
         if self.placement == "collocated":
             both = actors["collocated"]
-            return RolloutPlan(both, both, self.stages, collocated=True)
-        return RolloutPlan(actors["env"], actors["policy"], self.stages)
+            return ActorLayout(both, both, self.stages, collocated=True)
+        return ActorLayout(actors["env"], actors["policy"], self.stages)
 
     # ---- what runs where -------------------------------------------------------------
     @property
     def policy_actors(self) -> list[Any]:
         """The actors that hold a policy copy (weight sync targets)."""
-        return self.plan.policy_actors if self.plan else []
+        return self.layout.policy_actors if self.layout else []
 
     @property
     def env_actors(self) -> list[Any]:
-        return self.plan.env_actors if self.plan else []
+        return self.layout.env_actors if self.layout else []
 
     def placement_report(self) -> list[dict]:
         """Every actor's node, Ray accelerator ids and resolved device."""
-        return ray.get([a.placement_info.remote() for a in self.plan.actors])
+        return ray.get([a.placement_info.remote() for a in self.layout.actors])
 
     def on_trainer_card(self) -> bool:
         """Collocated actors computing on an accelerator: they share the trainer's card."""
-        return self.plan.collocated and any(
+        return self.layout.collocated and any(
             r["compute_device"] != "cpu" for r in self.placement_report())
 
     # ---- actor deaths ----------------------------------------------------------------
@@ -165,7 +165,7 @@ class ActorPool:
         deadline = time.monotonic() + self.actor_start_timeout_s
         while True:  # "unavailable" while Ray restarts it; "died" once it gave up
             try:
-                ray.get([a.ready.remote() for a in self.plan.actors],
+                ray.get([a.ready.remote() for a in self.layout.actors],
                         timeout=max(1.0, deadline - time.monotonic()))
                 return
             except ray.exceptions.ActorUnavailableError:

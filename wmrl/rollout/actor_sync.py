@@ -40,7 +40,7 @@ class ActorSync:
     def connect(self) -> None:
         """Choose the transport's path for this pool (after ``pool.start``)."""
         device = self.pool.trainer_device
-        if self.sender.transport == "device" and self.pool.plan.collocated:
+        if self.sender.transport == "device" and self.pool.layout.collocated:
             # the actors share the trainer's card: NCCL cannot pair two ranks on one card
             if device.type == "cuda":  # CUDA and ROCm
                 self.sender.use_ipc(device)

@@ -33,7 +33,7 @@ from wmrl.rollout.actor_pool import ActorPool
 from wmrl.rollout.actor_sync import ActorSync
 from wmrl.rollout.engine import (
     PLACEMENTS,
-    RolloutPlan,
+    ActorLayout,
     RolloutTimeout,
     busy_breakdown,
     collect_rollouts,
@@ -128,8 +128,8 @@ class RolloutDataModule(L.LightningDataModule):
 
     # ---- lifecycle -------------------------------------------------------------------
     @property
-    def plan(self) -> RolloutPlan | None:
-        return self.pool.plan
+    def layout(self) -> ActorLayout | None:
+        return self.pool.layout
 
     @property
     def rollout_workers(self) -> list[Any]:
@@ -145,7 +145,7 @@ class RolloutDataModule(L.LightningDataModule):
         return self.sync.sender
 
     def setup(self, stage: str | None = None) -> None:
-        if self.plan is not None:
+        if self.layout is not None:
             return
         t = self.trainer
         if t is None:
@@ -176,7 +176,7 @@ class RolloutDataModule(L.LightningDataModule):
     def shares_trainer_device(self) -> bool:
         """The rollout runs on the trainer's own card (collocated on an accelerator): the
         trainer's state must leave it meanwhile."""
-        return self.plan is not None and self.on_trainer_card  # decided once, at start
+        return self.layout is not None and self.on_trainer_card  # decided once, at start
 
     def teardown(self, stage: str | None = None) -> None:
         self.pool.stop()
@@ -210,11 +210,11 @@ class RolloutDataModule(L.LightningDataModule):
         while True:
             try:
                 resets = self._held_resets(seed, ahead) if ahead else None
-                batch = collect_rollouts(self.plan, self.num_chunks, self.temperature,
+                batch = collect_rollouts(self.layout, self.num_chunks, self.temperature,
                                          self.rollout_epochs, seed, self.step_timeout_s,
                                          resets=resets)
-                if self.plan.collocated:  # free the device for the trainer's update
-                    ray.get([a.rest.remote() for a in self.plan.actors],
+                if self.layout.collocated:  # free the device for the trainer's update
+                    ray.get([a.rest.remote() for a in self.layout.actors],
                             timeout=self.step_timeout_s)
                 break
             except ray.exceptions.RayActorError as err:
@@ -228,7 +228,7 @@ class RolloutDataModule(L.LightningDataModule):
                 self._recover(err, weights)  # then the same seed makes the same batch
         end = time.time()
         self.rollout_step += 1
-        records = ray.get([a.pop_step_record.remote() for a in self.plan.actors],
+        records = ray.get([a.pop_step_record.remote() for a in self.layout.actors],
                           timeout=self.step_timeout_s)
         busy = [iv for intervals, _, _ in records for iv in intervals]
         self._trace_events += [ev for _, events, _ in records for ev in events]
@@ -238,7 +238,7 @@ class RolloutDataModule(L.LightningDataModule):
                             "reward_s": sum(r for _, _, r in records), "reset_ahead_s": ahead_s}
         if self.overlapping:  # the next step's resets run while the trainer updates
             next_seed = self._step_seed(self.rollout_step)
-            self._resets_ahead = (next_seed, issue_resets(self.plan, next_seed))
+            self._resets_ahead = (next_seed, issue_resets(self.layout, next_seed))
         return batch.to_torch()
 
     def _recover(self, err: Exception, weights: Weights | None) -> None:
@@ -259,7 +259,7 @@ class RolloutDataModule(L.LightningDataModule):
         ahead_seed, refs = ahead
         if ahead_seed != seed:
             return None
-        checks = [self.plan.env_actors[j].holds_reset.remote(s, reset_seed(seed, 0, j, s))
+        checks = [self.layout.env_actors[j].holds_reset.remote(s, reset_seed(seed, 0, j, s))
                   for j, s in refs]
         try:
             held = ray.get(checks, timeout=self.step_timeout_s)

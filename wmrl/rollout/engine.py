@@ -4,7 +4,7 @@ The driver only chains object references: a sample's action output goes straight
 the env actor's ``chunk_step`` and its observation straight back into the next sample, so
 no frame or action passes through the driver until the batch is gathered at the end.
 
-Placement (``RolloutPlan``):
+Placement (``ActorLayout``):
 
 * ``collocated``: each actor holds env + policy and they take turns (the idle role is
   offloaded on an accelerator); observations never leave the actor.
@@ -38,7 +38,9 @@ PLACEMENTS = ("collocated", "disaggregated", "hybrid")
 
 
 @dataclass
-class RolloutPlan:
+class ActorLayout:
+    """Which rollout actors one trainer rank drives (built by ``ActorPool``): the env actors,
+    the policy actors (the same handles when collocated) and the stages each env is split into."""
     env_actors: list[Any]  # hold the envs (collocated: also the policy)
     policy_actors: list[Any]  # sample actions; the same handles as env_actors if collocated
     stages: int = 1
@@ -59,39 +61,39 @@ def reset_seed(seed: int, epoch: int, actor: int, stage: int) -> int:
     return call_seed(seed + 1, epoch, actor, stage, 0)
 
 
-def issue_resets(plan: RolloutPlan, seed: int, epoch: int = 0) -> dict[tuple[int, int], Any]:
+def issue_resets(layout: ActorLayout, seed: int, epoch: int = 0) -> dict[tuple[int, int], Any]:
     """Start every env stage's reset for ``epoch`` of step ``seed``; -> {(env actor index,
     stage): observation ref} (collocated: the observation stays in the actor, the ref is
     None-valued)."""
     return {(j, s): env.reset.remote(s, seed=reset_seed(seed, epoch, j, s))
-            for j, env in enumerate(plan.env_actors) for s in range(plan.stages)}
+            for j, env in enumerate(layout.env_actors) for s in range(layout.stages)}
 
 
 class RolloutTimeout(RuntimeError):
     """A rollout step did not finish within its deadline."""
 
 
-def collect_rollouts(plan: RolloutPlan, num_chunks: int, temperature: float, epochs: int,
+def collect_rollouts(layout: ActorLayout, num_chunks: int, temperature: float, epochs: int,
                      seed: int, timeout_s: float | None = None,
                      resets: dict[tuple[int, int], Any] | None = None) -> TrajectoryBatch:
     """Run ``epochs`` x every env actor x every stage for ``num_chunks`` chunks; the records
     must arrive within ``timeout_s`` (None: wait forever). A dead actor raises Ray's
     ``RayActorError``; the same ``seed`` re-runs the same step. ``resets``: epoch 0's resets,
-    already issued (``issue_resets(plan, seed)``, e.g. during the previous update; the
+    already issued (``issue_resets(layout, seed)``, e.g. during the previous update; the
     caller makes sure the actors still hold them); later epochs reset here."""
     pending = []  # per (epoch, env actor, stage): (sample record refs, step record refs)
     for epoch in range(epochs):
         started = resets if epoch == 0 and resets is not None else \
-            issue_resets(plan, seed, epoch)
+            issue_resets(layout, seed, epoch)
         streams = []
-        for j, env in enumerate(plan.env_actors):
-            policy = plan.policy_actors[j % len(plan.policy_actors)]
-            for s in range(plan.stages):
+        for j, env in enumerate(layout.env_actors):
+            policy = layout.policy_actors[j % len(layout.policy_actors)]
+            for s in range(layout.stages):
                 streams.append((j, s, env, policy, started[j, s], [], []))
         for k in range(num_chunks):
             for i, (j, s, env, policy, obs, samples, steps) in enumerate(streams):
                 actions, sample = policy.sample.options(num_returns=2).remote(
-                    s, None if plan.collocated else obs, temperature,
+                    s, None if layout.collocated else obs, temperature,
                     call_seed(seed, epoch, j, s, k))
                 obs, step = env.chunk_step.options(num_returns=2).remote(s, actions)
                 samples.append(sample)

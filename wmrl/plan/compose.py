@@ -1,0 +1,26 @@
+"""What ``scripts/plan.py`` plans: ``conf/fit.yaml`` with ``conf/experiment/real_size.yaml``
+composed after the chosen experiment, under the user's overrides; and the report's options
+(``+plan.<name>=...``)."""
+
+from __future__ import annotations
+
+from wmrl.build import to_container
+from wmrl.config import compose_config
+from wmrl.plan.memory import PlanOptions
+
+# The real sizes, appended to the defaults list after `experiment` (tabletop unless the user
+# names one), so they override the experiment as command-line values would, and the user's own
+# overrides (a key, or a group such as reward=topreward) still override them.
+REAL_SIZE = "+experiment@_global_=real_size"
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()):
+    """The planned config, composed in-process (tests); ``scripts/plan.py`` goes through
+    ``hydra.main`` with the same overrides."""
+    return compose_config("fit", [REAL_SIZE, *overrides])
+
+
+def options_from(cfg) -> PlanOptions:
+    """``PlanOptions`` from the optional ``plan`` key (``+plan.prompt_tokens=128``)."""
+    extra = to_container(cfg.get("plan") or {})
+    return PlanOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()})

@@ -1,0 +1,88 @@
+"""The memory plan as text: a table per role and per placement, and one JSON line per figure."""
+
+from __future__ import annotations
+
+import json
+
+from wmrl.plan.memory import GB, MemoryPlan
+
+
+def _gb(n: int | float) -> str:
+    return f"{n / GB:8.2f}"
+
+
+def format_table(plan: MemoryPlan) -> str:
+    h, pr, ro = plan.header, plan.params, plan.roles
+    out = [
+        f"wmrl memory plan (GB = 1e9 bytes, tensors only; formulas in wmrl/plan/): "
+        f"trainer.devices={h['devices']}, FSDP shard group {h['shard_group']}, micro_batch "
+        f"{h['micro_batch']}, {h['envs_per_actor']} envs per env actor, {h['frames']} frames at "
+        f"{h['height']}x{h['width']}",
+        f"  policy:      {h['policy_source']}",
+        f"  world model: {h['world_model_source']}",
+        f"  reward:      {h['reward_source']}",
+        "",
+        "models (parameters summed over the modules built on the meta device)",
+    ]
+    names = {"policy": "policy OpenVLA-OFT", "dit": "world model DiT",
+             "vae": "world model VAE", "action": "world model action modules",
+             "reward": "reward ResNet"}
+    for k, v in pr.items():
+        out.append(f"  {names[k]:<28}{v['params']:>16,} params  {v['dtype']:<9}"
+                   f"{_gb(v['bytes'])} GB")
+    out += ["", f"per role, per device{'GB':>48}"]
+
+    def rows(key: str) -> None:
+        role = ro[key]
+        out.append(f"  {role.name}  ({role.note})")
+        for k, v in role.resident.items():
+            out.append(f"    {k:<54}{_gb(v)}   resident")
+        for k, v in role.working.items():
+            out.append(f"    {k:<54}{_gb(v)}   working set")
+        out.append(f"    {'peak':<54}{_gb(role.peak)}")
+
+    rows("trainer")
+    for state in ("on", "off"):
+        x = plan.activations[state]
+        label = (f"activations, checkpointing {state}: llm {x['llm'] / GB:.2f} + vision "
+                 f"{x['vision'] / GB:.2f} + rest {x['rest'] / GB:.2f} + layer {x['working'] / GB:.2f}")
+        out.append(f"      {label:<52}{_gb(x['total'])}")
+    for key in ("rollout", "world_model", "reward", "env"):
+        rows(key)
+    out.append("  env actor peak by envs per actor: " + ", ".join(
+        f"{n}: {v / GB:.1f}" for n, v in plan.env_sweep.items()))
+    sizes = plan.options.device_sizes_gb
+    out += ["", f"placements: peak per device; fits = peak <= {plan.options.headroom:g} x size",
+            f"  {'placement':<34}{'devices':>8}{'peak GB':>9}" +
+            "".join(f"{str(s) + ' GB':>8}" for s in sizes) + "  binding"]
+    for pl in plan.placements:
+        peak = "n/a" if pl.peak is None else f"{pl.peak / GB:.2f}"
+        out.append(f"  {pl.name:<34}{pl.devices:>8}{peak:>9}" +
+                   "".join(f"{('fits' if pl.fits[s] else '-'):>8}" for s in sizes) +
+                   f"  {pl.binding}")
+    return "\n".join(out)
+
+
+def json_lines(plan: MemoryPlan) -> list[str]:
+    """One JSON object per figure."""
+    lines = [dict(figure="params", model=k, **v) for k, v in plan.params.items()]
+    for key, role in plan.roles.items():
+        for kind, items in (("resident", role.resident), ("working", role.working)):
+            lines += [dict(figure="bytes", role=key, item=k, kind=kind, bytes=int(v),
+                           gb=round(v / GB, 3)) for k, v in items.items()]
+        lines.append(dict(figure="role_peak", role=key, bytes=int(role.peak),
+                          gb=round(role.peak / GB, 3), note=role.note))
+    for state in ("on", "off"):
+        x = plan.activations[state]
+        lines.append(dict(figure="trainer_activations", checkpointing=state == "on",
+                          micro_batch=plan.header["micro_batch"], seq=x["seq"],
+                          bytes=int(x["total"]), gb=round(x["total"] / GB, 3)))
+    lines += [dict(figure="env_actor_peak", envs_per_actor=n, bytes=int(v), gb=round(v / GB, 3))
+              for n, v in plan.env_sweep.items()]
+    for pl in plan.placements:
+        lines.append(dict(figure="placement", placement=pl.name, devices=pl.devices,
+                          bytes=None if pl.peak is None else int(pl.peak),
+                          gb=None if pl.peak is None else round(pl.peak / GB, 3),
+                          binding=pl.binding, fits={str(s): f for s, f in pl.fits.items()}))
+    lines.append(dict(figure="setup", **plan.header))
+    return [json.dumps(x) for x in lines]
