@@ -56,7 +56,7 @@ def test_same_config_same_weights_and_resume_is_bit_exact(tmp_path, ray_local):
     # Lightning's own loader rebuilds the module from the checkpoint alone
     loaded = GRPOModule.load_from_checkpoint(tmp_path / "a" / "checkpoints" / "last.ckpt",
                                              weights_only=True)
-    assert loaded.kl_coef == 0.5 and loaded.policy_version == 4
+    assert loaded.algorithm.kl_coef == 0.5 and loaded.policy_version == 4
     assert all(torch.equal(v, straight[1][k]) for k, v in loaded.state_dict().items())
 
     ckpts = tmp_path / "c" / "checkpoints"
