@@ -35,7 +35,7 @@ FLOORS = {
     "wmrl": 0, "errors": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0, "dtypes": 0,
     "build": 1, "safetensors_shards": 1, "tracing": 1, "run_logs": 1,
     "sim": 1, "world_model": 1, "algorithms": 1,
-    "datasets": 1,  # LeRobot datasets read and written; imports errors and atomic only
+    "lerobot": 1,  # LeRobot datasets read and written; imports errors and atomic only
     "policies": 2, "rewards": 2,
     "envs": 3, "rollout": 3,
     "schema": 4,  # takes the choice lists from the components; none of them imports it

@@ -1,5 +1,10 @@
-"""The offline pipeline (run by ``scripts/``, never imported by the runtime): the importer of
-RLinf's WoVR release (``rlinf/``, one module per artifact), behaviour cloning of the base policy (``sft.py``)
-and a fit's result out of wmrl (``export.py``). It imports the runtime; nothing in ``wmrl``
-imports it.
+"""The offline pipeline (run by ``scripts/``, never imported by the runtime). Nothing is
+imported here; one module per artifact:
+
+``rlinf/``            RLinf's WoVR release imported (DiT, VAE, reset data).
+``lerobot_reset.py``  reset states from a LeRobot dataset (``scripts/import_lerobot.py``).
+``sft.py``            behaviour cloning of the base policy.
+``export.py``         a fit's result out of wmrl (the policy, PACE's world model).
+
+It imports the runtime; nothing in ``wmrl`` imports it.
 """

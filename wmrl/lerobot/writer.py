@@ -1,6 +1,6 @@
 """Episodes written as a LeRobot dataset, codebase ``v3.0`` (LeRobot's current format) or
 ``v2.1``, in the published layout (``docs/reference/lerobot_format.md``): for tests, and to turn
-our simulator's demonstrations into a dataset LeRobot (and ``wmrl.datasets.lerobot``) reads.
+our simulator's demonstrations into a dataset LeRobot (and ``wmrl.lerobot.dataset``) reads.
 
 ``write_lerobot(root, episodes, fps, camera_key=..., version=...)`` takes an iterable of episodes,
 each ``(frames uint8 [T, H, W, 3], actions [T, A], task str, success bool [T] or None, state
@@ -57,8 +57,8 @@ import pyarrow.parquet as pq
 from av.video.frame import PictureType
 
 from wmrl.atomic import atomic_dir
-from wmrl.datasets.lerobot import ACTION, STATE, VERSIONS, chunk_file
 from wmrl.errors import ConfigError
+from wmrl.lerobot.dataset import ACTION, STATE, VERSIONS, chunk_file
 
 SUCCESS = "next.success"
 CODECS = ("h264", "libsvtav1", "hevc")

@@ -1,5 +1,5 @@
-"""LeRobot datasets written in both versions (``wmrl.datasets.lerobot_writer``) and read back
-(``wmrl.datasets.lerobot``): the published layout, exact actions / state / success / tasks,
+"""LeRobot datasets written in both versions (``wmrl.lerobot.writer``) and read back
+(``wmrl.lerobot.dataset``): the published layout, exact actions / state / success / tasks,
 frames close to the written ones at the right episode boundaries, streaming, resizing, and one
 clear line for each bad dataset."""
 
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from wmrl.datasets.lerobot import LeRobotDataset, LeRobotEpisode
-from wmrl.datasets.lerobot_writer import write_lerobot
 from wmrl.errors import ConfigError
+from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
+from wmrl.lerobot.writer import write_lerobot
 
 FPS = 10
 CAM = "observation.images.front"

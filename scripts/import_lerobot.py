@@ -1,0 +1,56 @@
+"""Reset states from a LeRobot dataset: ``<out>/initial_states/`` (the world-model env's
+``env.initial_states``) and ``<out>/dataset/`` (the same states in RLinf's ``traj*.npy`` layout).
+
+    python scripts/import_lerobot.py DATASET --out DIR [--camera KEY] [--size 256]
+        [--kir] [--keyframes 0.25 0.5]
+
+Each episode gives its first frame as a reset state; ``--kir`` adds a keyframe state per
+``--keyframes`` fraction (default 0.5): the 4 frames up to that point of the episode and their
+actions as the world model's context (RLinf's KIR). The dataset is read locally (v2.1 or v3.0
+layout), one episode at a time; a bad dataset is refused in one line before anything is
+written (exit 2). Prints one JSON line. The logic: ``wmrl/pipeline/lerobot_reset.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from wmrl.errors import ConfigError  # noqa: E402
+from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
+from wmrl.pipeline.lerobot_reset import reset_states_from_lerobot  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dataset", help="a LeRobot dataset directory (meta/info.json, data/, videos/)")
+    p.add_argument("--out", required=True, help="where initial_states/ and dataset/ go")
+    p.add_argument("--camera", default=None,
+                   help="the video key of the frames (default: the dataset's only camera)")
+    p.add_argument("--size", type=int, nargs="+", default=None,
+                   help="frame size: S (square) or H W (default: the dataset's)")
+    p.add_argument("--kir", action="store_true", help="add keyframe states (RLinf's KIR)")
+    p.add_argument("--keyframes", type=float, nargs="+", default=[0.5],
+                   help="with --kir: where in each episode, as fractions of its length")
+    a = p.parse_args(argv)
+    try:
+        size = None if a.size is None else tuple(a.size * 2 if len(a.size) == 1 else a.size)
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise ConfigError(f"--size {a.size}: S or H W, positive")
+        ds = LeRobotDataset(a.dataset, camera=a.camera, size=size)
+        info = reset_states_from_lerobot(ds, a.out, keyframes=a.keyframes if a.kir else ())
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"import_lerobot: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

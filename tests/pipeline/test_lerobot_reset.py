@@ -1,0 +1,100 @@
+"""Reset states from a LeRobot dataset (wmrl/pipeline/lerobot_reset.py, scripts/import_lerobot.py):
+hand-checked states, and a dataset written in the real format -> initial_states/ and RLinf's
+dataset/, which RLinf's reader (our importer of it) turns into the very same states."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from wmrl.envs.initial_states import load_initial_states
+from wmrl.lerobot.dataset import LeRobotEpisode
+from wmrl.lerobot.writer import write_lerobot
+from wmrl.pipeline.lerobot_reset import episode_states, keyframe
+from wmrl.pipeline.rlinf.reset_data import import_reset_data
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("import_lerobot", ROOT / "scripts/import_lerobot.py")
+import_lerobot = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(import_lerobot)
+
+
+def episode(index: int, length: int, task: str = "stack") -> LeRobotEpisode:
+    """Frame t is all t * 10 (so a frame names its step); action t is all t."""
+    frames = np.stack([np.full((8, 8, 3), 10 * t, np.uint8) for t in range(length)])
+    actions = np.stack([np.full(7, t, np.float32) for t in range(length)])
+    return LeRobotEpisode(index=index, task=task, frames=frames, actions=actions, state=None,
+                          success=None)
+
+
+def test_a_plain_and_a_keyframe_state_by_hand():
+    assert keyframe(10, 0.5) == 4  # round(4.5) = 4
+    assert keyframe(10, 0.1) == 3  # late enough for 4 context frames: f0..f3
+    plain, kir = episode_states(episode(7, 10), keyframes=[0.5])
+    assert plain["name"] == "traj000007.npy" and kir["name"] == "traj000007_k0_kir.npy"
+    # plain: f0 in every slot, zero actions with the gripper open (-1)
+    assert plain["context_frames"][:, 0, 0, 0].tolist() == [0, 0, 0, 0]
+    assert plain["context_actions"].tolist() == [[0, 0, 0, 0, 0, 0, -1]] * 4
+    # keyframe 4: frames f1..f4 and their actions; the reference stays f0
+    assert kir["anchor"][0, 0, 0] == 0
+    assert kir["context_frames"][:, 0, 0, 0].tolist() == [10, 20, 30, 40]
+    assert kir["context_actions"][:, 0].tolist() == [1, 2, 3, 4]
+    # RLinf's file: frame 0, then the frames ending at the keyframe
+    assert [f["image"][0, 0, 0] for f in kir["trajectory"]] == [0, 10, 20, 30, 40]
+    assert [f["delta_action"][0] for f in kir["trajectory"]] == [0, 1, 2, 3, 4]
+    assert {f["instruction"] for f in kir["trajectory"]} == {"stack"}
+    # an episode shorter than one context has no keyframe state
+    assert len(episode_states(episode(0, 3), keyframes=[0.5])) == 1
+
+
+def colour_episodes(n: int = 3, length: int = 12):
+    """Episode e: frames of one colour per episode (brightening with t), actions e + t / 10."""
+    for e in range(n):
+        frames = np.zeros((length, 32, 32, 3), np.uint8)
+        for t in range(length):
+            frames[t, ..., e % 3] = 60 + 15 * t
+        actions = np.stack([np.full(7, e + t / 10, np.float32) for t in range(length)])
+        yield frames, actions, ["pick the red block", "stack the cubes"][e % 2], None, None
+
+
+def test_a_dataset_gives_the_states_rlinfs_reader_gives(tmp_path, capsys):
+    data = tmp_path / "lerobot"
+    write_lerobot(data, colour_episodes(), fps=10)
+    out = tmp_path / "out"
+    assert import_lerobot.main([str(data), "--out", str(out), "--kir", "--keyframes", "0.5"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["states"], info["kir_states"], info["image"]) == (6, 3, [32, 32, 3])
+    ours = load_initial_states(out / "initial_states")
+    pick, stack = "pick the red block", "stack the cubes"  # 2 states an episode
+    assert ours.tasks == [pick, pick, stack, stack, pick, pick]
+    assert sorted(p.name for p in (out / "dataset").iterdir())[:2] == [
+        "traj000000.npy", "traj000000_k0_kir.npy"]
+    # the keyframe of a 12-frame episode at 0.5 is round(5.5) = 6: context f3..f6
+    torch.testing.assert_close(ours.context_actions[1, :, 0],
+                               torch.tensor([0.3, 0.4, 0.5, 0.6]))
+    # the frames came through the video: episode 1 is green, brightening (lossy codec)
+    green = ours.context_frames[3].float().mean(dim=(1, 2))  # [4 frames, 3 channels]
+    assert (green[:, 1] - torch.tensor([105.0, 120.0, 135.0, 150.0])).abs().max() < 8
+    assert green[:, 0].max() < 10 and green[:, 2].max() < 10
+    # RLinf's reader of the dataset/ folder (our importer of it) builds the same states
+    theirs = load_initial_states(Path(import_reset_data(out / "dataset", tmp_path / "rlinf")[
+        "initial_states"]))
+    assert theirs.tasks == ours.tasks
+    for name in ("frames", "context_frames", "context_actions"):
+        assert torch.equal(getattr(theirs, name), getattr(ours, name)), name
+
+
+def test_a_bad_dataset_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert import_lerobot.main([str(tmp_path / "nope"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("import_lerobot: ") and len(err.splitlines()) == 1
+    assert not out.exists()
+    data = tmp_path / "lerobot"
+    write_lerobot(data, colour_episodes(1), fps=10)
+    assert import_lerobot.main([str(data), "--out", str(out), "--camera", "wrist"]) == 2
+    assert "wrist" in capsys.readouterr().err and not out.exists()
+    assert import_lerobot.main([str(data), "--out", str(out), "--kir", "--keyframes", "1.5"]) == 2
+    assert "(0, 1]" in capsys.readouterr().err and not out.exists()
