@@ -15,6 +15,7 @@ import wmrl.bench
 # defaults, the real sizes); a bench without an entry fails test_every_bench_has_a_tiny_size
 TINY = {
     "eval": {"episodes": 2, "num_envs": 2, "max_episode_steps": 8, "image_size": 32},
+    "lerobot": {"episodes": 2, "length": 4, "size": 32, "resize": 16, "repeats": 1},
     # one mode, the one with the fewest actors (each start imports torch and wmrl), and only
     # the run with overlap: the bench's code is the same for every mode and setting, the modes
     # and the overlap themselves are tests/rollout's
