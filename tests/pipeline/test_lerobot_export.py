@@ -56,7 +56,8 @@ def test_rows_keep_every_frame_and_repeat_the_last_action():
     frames, actions, task, success, state = lerobot_rows(ep, 0)
     assert len(frames) == len(actions) == len(success) == 4 and state is None
     assert actions[:3].tolist() == ep.actions.tolist() and actions[3].tolist() == ep.actions[2].tolist()
-    assert success.tolist() == [False, False, True, True] and task == "t"
+    # next.success: the outcome of the row's action (frame t + 1's label); the last row its own
+    assert success.tolist() == [False, True, True, True] and task == "t"
     assert len(state_names()) == STATE_DIM and state_names()[:2] == ["hand_pos_0", "hand_pos_1"]
 
 
@@ -77,7 +78,8 @@ def test_export_reads_back_and_gives_reset_states(demos, tmp_path, capsys, versi
         assert len(b) == len(a) + 1 and b.task == a.task
         np.testing.assert_array_equal(b.actions[:-1], a.actions)
         np.testing.assert_array_equal(b.actions[-1], a.actions[-1])
-        np.testing.assert_array_equal(b.success, a.success_labels)
+        np.testing.assert_array_equal(b.success[:-1], a.success_labels[1:])  # next.success
+        assert b.success[-1] == a.success_labels[-1]
         np.testing.assert_array_equal(b.state, a.states)
         assert a.success_labels[-1]  # the expert's success frame is kept
         err = np.abs(b.frames.astype(np.int16) - a.frames).mean(axis=(1, 2, 3))

@@ -12,8 +12,9 @@ What an episode holds (``LeRobotEpisode``), and from which feature:
 
 - ``actions`` float32 [T, A]: ``action``;
 - ``state`` float32 [T, S]: ``observation.state``, None where the dataset has none;
-- ``success`` bool [T]: the first of ``next.success`` / ``success`` the dataset records (the
-  former is what LeRobot's evaluation recorder writes), else None;
+- ``success`` bool [T]: the first of ``next.success`` / ``success`` the dataset records, as
+  recorded, else None. LeRobot's evaluation recorder writes ``next.success``: row t's is the
+  outcome of row t's action, i.e. the success of frame t + 1, not of frame t;
 - ``task``: the text of the episode's first row's ``task_index``;
 - ``frames`` uint8 [T, H, W, 3]: the camera's video, decoded with PyAV. Row r is the frame at
   ``from_timestamp + timestamp[r]`` (``from_timestamp`` is 0 in v2.1, where each episode has its

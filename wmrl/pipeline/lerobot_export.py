@@ -11,9 +11,9 @@ kept, the success frames at the end included. Per row also ``observation.state``
 privileged state, where the dataset records one; named after ``tabletop.STATE_SLICES`` when it
 has their width), ``next.success`` and the task text.
 
-``next.success`` of row t is ``success_labels[t]``, the success predicate of that row's frame:
-what ``wmrl.lerobot.dataset`` reads back as per-frame success. LeRobot's evaluation recorder
-means one step later by it (the outcome of the row's action); the two agree on the last row.
+``next.success`` of row t means what LeRobot's evaluation recorder means by it, the outcome of
+the row's action: the success predicate of frame t + 1 (``success_labels[t + 1]``); the last
+row, whose action is padding, keeps its own frame's.
 Not exported: ``state_id`` (a fixed initial state's id) and the dataset's ``meta.json`` extras
 (env settings, collection config).
 """
@@ -69,7 +69,8 @@ def lerobot_rows(ep: Episode, n: int) -> tuple:
         raise ConfigError(f"episode {n} has no actions: LeRobot rows pair a frame with an "
                           "action; drop the episode")
     actions = np.concatenate([ep.actions, ep.actions[-1:]])
-    return ep.frames, actions, ep.task, ep.success_labels, ep.states
+    after = np.concatenate([ep.success_labels[1:], ep.success_labels[-1:]])  # next.success
+    return ep.frames, actions, ep.task, after, ep.states
 
 
 def _episodes(ds: TrajectoryDataset, counts: list[int]) -> Iterator[tuple]:
