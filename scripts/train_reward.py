@@ -1,6 +1,8 @@
 """Train a ResNet success reward from frames + success labels.
 
     python scripts/train_reward.py data_dir=DATA out_dir=OUT [arch=resnet_task] [steps=...]
+    python scripts/train_reward.py data_format=lerobot data_dir=LEROBOT out_dir=OUT \
+        [lerobot.camera=KEY] [lerobot.last_frames=K]
 
 Dataset (``load_reward_dataset``; adapt that one function for other layouts):
 ``DATA/frames.safetensors`` with ``frames`` uint8 [N, H, W, 3], ``labels`` [N] (0/1) and
@@ -97,13 +99,30 @@ def load_trajectory_frames(cfg: dict) -> dict:
             "task_ids": torch.from_numpy(task_ids), "tasks": tasks}
 
 
+def load_lerobot_frames(cfg: dict) -> dict:
+    """``data_format: lerobot``: frames + per-frame success labels from a LeRobot dataset
+    (``data_dir``; its recorded success, or ``lerobot.last_frames``; see
+    wmrl/finetune/reward_data.py), at the model's image size."""
+    from wmrl.finetune.reward_data import reward_frames_from_lerobot  # (imports diffusers)
+
+    lr = dict(cfg.get("lerobot") or {})
+    frames, labels, task_ids, tasks = reward_frames_from_lerobot(
+        cfg["data_dir"], camera=lr.get("camera"), size=(cfg.get("model") or {}).get("image_size"),
+        negative_stride=int(lr.get("negative_stride", 1)), last_frames=lr.get("last_frames"))
+    return {"frames": torch.from_numpy(frames), "labels": torch.from_numpy(labels).float(),
+            "task_ids": torch.from_numpy(task_ids), "tasks": tasks}
+
+
+LOADERS = {"frames": lambda cfg: load_reward_dataset(cfg["data_dir"]),
+           "trajectories": load_trajectory_frames, "lerobot": load_lerobot_frames}
+
+
 def train(cfg: dict) -> dict:
     """Fit, evaluate on a held-out split, save; returns the metrics dict."""
     fmt = cfg.get("data_format", "frames")
-    if fmt not in ("frames", "trajectories"):
-        raise ValueError(f"data_format must be 'frames' or 'trajectories', got {fmt!r}")
-    data = load_trajectory_frames(cfg) if fmt == "trajectories" else load_reward_dataset(
-        cfg["data_dir"])
+    if fmt not in LOADERS:
+        raise ValueError(f"data_format must be one of {sorted(LOADERS)}, got {fmt!r}")
+    data = LOADERS[fmt](cfg)
     arch, model_cfg = cfg["arch"], dict(cfg["model"])
     tasks = list(cfg.get("tasks") or data["tasks"] or [])
     if arch == "resnet_task":

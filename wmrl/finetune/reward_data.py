@@ -15,12 +15,14 @@ import numpy as np
 import torch
 
 from wmrl.envs.wan_env import WanWorldModelEnv
+from wmrl.errors import ConfigError
 from wmrl.finetune.world_model import (
     CHUNK,
     CONDITION_FRAMES,
     episode_initial_states,
     open_loop_replay,
 )
+from wmrl.lerobot.dataset import LeRobotDataset
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tabletop import task_by_name
@@ -62,6 +64,48 @@ def reward_frames_from_trajectories(
             ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
     if not frames:
         raise ValueError(f"no episodes (tasks={tasks}) in {[str(d) for d in dirs]}")
+    return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
+
+
+def frame_success(after: np.ndarray) -> np.ndarray:
+    """Per-frame success [T] from LeRobot's ``next.success`` [T] (row t: the outcome of row t's
+    action, so frame t + 1's): frame 0 is not a success, frame t is ``after[t - 1]``."""
+    return np.concatenate([[False], np.asarray(after, bool)[:-1]])
+
+
+def reward_frames_from_lerobot(
+    path: str | os.PathLike, camera: str | None = None, size: Sequence[int] | None = None,
+    negative_stride: int = 1, last_frames: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """``reward_frames_from_trajectories`` for a LeRobot dataset: its recorded success
+    (``frame_success`` of ``next.success``), or with ``last_frames`` = k (a dataset of
+    demonstrations that records no success, each ending in it) the last k frames of every
+    episode labelled a success and the rest not. Frames of ``camera``, resized to ``size``."""
+    if negative_stride < 1:
+        raise ValueError(f"negative_stride must be >= 1, got {negative_stride}")
+    if last_frames is not None and last_frames < 1:
+        raise ConfigError(f"lerobot.last_frames={last_frames}: the success frames at the end "
+                          "of each episode, >= 1 (or null: the recorded success)")
+    ds = LeRobotDataset(path, camera=camera, size=None if size is None else tuple(size))
+    names: list[str] = []
+    frames, labels, ids = [], [], []
+    for ep in ds.episodes():
+        if last_frames is not None:
+            y = np.arange(len(ep.frames)) >= len(ep.frames) - last_frames
+        elif ep.success is not None:
+            y = frame_success(ep.success)
+        else:
+            raise ConfigError(f"{path}: records no success (next.success / success): set "
+                              "lerobot.last_frames=K to label the last K frames of every "
+                              "episode a success (a dataset of successful demonstrations)")
+        if ep.task not in names:
+            names.append(ep.task)
+        keep = _keep(y, negative_stride)
+        frames.append(ep.frames[keep])
+        labels.append(y[keep].astype(np.uint8))
+        ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
+    if not frames:
+        raise ConfigError(f"{path}: no episodes")
     return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
 
 
