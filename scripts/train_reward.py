@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
 from wmrl.finetune.reward_evaluation import binary_metrics  # noqa: E402
 from wmrl.rewards.resnet import build_classifier, save_checkpoint, training_input  # noqa: E402
 

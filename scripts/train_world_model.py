@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
 from wmrl.finetune import world_model as T  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
 

@@ -9,7 +9,7 @@ episode; training should still weight the classes (train_reward.py ``balance``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -49,21 +49,30 @@ def reward_frames_from_trajectories(
     if negative_stride < 1:
         raise ValueError(f"negative_stride must be >= 1, got {negative_stride}")
     want = None if not tasks else [task_by_name(t).instruction for t in tasks]
-    names: list[str] = list(want or [])
-    frames, labels, ids = [], [], []
-    for d in dirs:
-        for ep in TrajectoryDataset(d):
-            if want is not None and ep.task not in want:
-                continue
-            if ep.task not in names:
-                names.append(ep.task)
-            y = ep.success_labels.astype(bool)
-            keep = _keep(y, negative_stride)
-            frames.append(ep.frames[keep])
-            labels.append(y[keep].astype(np.uint8))
-            ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
-    if not frames:
+    out = labelled_frames(((ep.frames, ep.success_labels, ep.task) for d in dirs
+                           for ep in TrajectoryDataset(d) if want is None or ep.task in want),
+                          negative_stride, list(want or []))
+    if out is None:
         raise ValueError(f"no episodes (tasks={tasks}) in {[str(d) for d in dirs]}")
+    return out
+
+
+def labelled_frames(episodes: Iterable[tuple[np.ndarray, np.ndarray, str]],
+                    negative_stride: int, names: list[str]):
+    """(frames, per-frame success, task) episodes -> (frames, labels uint8, task ids, task
+    names) of every success frame and every ``negative_stride``-th failure; None if there
+    were no episodes. ``names``: the task list to extend (its order gives the ids)."""
+    frames, labels, ids = [], [], []
+    for ep_frames, success, task in episodes:
+        if task not in names:
+            names.append(task)
+        y = np.asarray(success, bool)
+        keep = _keep(y, negative_stride)
+        frames.append(ep_frames[keep])
+        labels.append(y[keep].astype(np.uint8))
+        ids.append(np.full(len(keep), names.index(task), dtype=np.int64))
+    if not frames:
+        return None
     return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
 
 
@@ -87,26 +96,21 @@ def reward_frames_from_lerobot(
         raise ConfigError(f"lerobot.last_frames={last_frames}: the success frames at the end "
                           "of each episode, >= 1 (or null: the recorded success)")
     ds = LeRobotDataset(path, camera=camera, size=None if size is None else tuple(size))
-    names: list[str] = []
-    frames, labels, ids = [], [], []
-    for ep in ds.episodes():
+
+    def success(ep) -> np.ndarray:
         if last_frames is not None:
-            y = np.arange(len(ep.frames)) >= len(ep.frames) - last_frames
-        elif ep.success is not None:
-            y = frame_success(ep.success)
-        else:
+            return np.arange(len(ep.frames)) >= len(ep.frames) - last_frames
+        if ep.success is None:
             raise ConfigError(f"{path}: records no success (next.success / success): set "
                               "lerobot.last_frames=K to label the last K frames of every "
                               "episode a success (a dataset of successful demonstrations)")
-        if ep.task not in names:
-            names.append(ep.task)
-        keep = _keep(y, negative_stride)
-        frames.append(ep.frames[keep])
-        labels.append(y[keep].astype(np.uint8))
-        ids.append(np.full(len(keep), names.index(ep.task), dtype=np.int64))
-    if not frames:
+        return frame_success(ep.success)
+
+    out = labelled_frames(((ep.frames, success(ep), ep.task) for ep in ds.episodes()),
+                          negative_stride, [])
+    if out is None:
         raise ConfigError(f"{path}: no episodes")
-    return np.concatenate(frames), np.concatenate(labels), np.concatenate(ids), names
+    return out
 
 
 def vae_roundtrip(frames: np.ndarray, world_model_dir: str | os.PathLike,
