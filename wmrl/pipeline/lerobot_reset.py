@@ -84,8 +84,6 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
     bad = [q for q in keyframes if not 0 < q <= 1]
     if bad:
         raise ConfigError(f"--keyframes {bad}: fractions of an episode in (0, 1]")
-    if dataset.action_dim < 1:
-        raise ConfigError(f"{dataset.root}: no action feature to condition the world model on")
     out = Path(out)
     names, anchors, tasks, ctx, acts = [], [], [], [], []
     with atomic_dir(out / "dataset") as traj_dir:
