@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import wmrl.build  # noqa: F401  (registers ${wmrl_assets:}, as the script does)
 from wmrl.finetune import world_model as T
 from wmrl.finetune.image_metrics import psnr, ssim
 from wmrl.finetune.reward_data import reward_frames_from_trajectories
@@ -214,7 +215,7 @@ def test_success_confusion_hand_checked():
 
 
 def test_foreground_weights_hand_checked():
-    from wmrl.world_model.action_wan import foreground_weights
+    from wmrl.world_model.objective import foreground_weights
 
     last = torch.zeros(1, 2, 1, 1, 2)  # [B, C, T, h, w]: two cells
     new = torch.zeros(1, 2, 1, 1, 2)

@@ -36,19 +36,14 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, patchify
 from safetensors.torch import load_file, save_file
 
 from wmrl.atomic import atomic_dir
 from wmrl.world_model.files import ACTION_WEIGHTS
-from wmrl.world_model.sampler import (
-    NUM_TRAIN_TIMESTEPS,
-    euler_sample,
-    inference_sigmas,
-    training_sigmas,
-)
+from wmrl.world_model.objective import FlowMatchObjective
+from wmrl.world_model.sampler import euler_sample, inference_sigmas
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -325,37 +320,11 @@ class ActionWanModel(nn.Module):
         context_noise_sigma: float = 0.0,
         foreground_weight: float = 0.0,
     ) -> torch.Tensor:
-        """Flow-matching loss on a clip batch.
-
-        latents x0 [B, C, T_lat, h, w] (normalised, e.g. 13 frames -> 4), actions [B, T, D].
-        sigma ~ shifted 1000-step grid, eps ~ N(0, I); new frames x = (1 - sigma) x0 + sigma eps
-        at timestep 1000 sigma; condition frames stay clean at timestep 0 (optionally
-        perturbed by context_noise_sigma * N(0, I), the noisy-context augmentation);
-        loss = mean over new frames of (v_theta - (eps - x0))^2, or with ``foreground_weight``
-        a > 0 the weighted mean with ``foreground_weights`` (latent cells that change weigh more).
-        """
-        b, c, f, h, w = latents.shape
-        n_c = num_condition_latents
-        if not 0 < n_c < f:
-            raise ValueError(f"num_condition_latents must be in [1, {f - 1}], got {n_c}")
-        dev = latents.device
-        gdev = generator.device if generator is not None else dev
-        x0 = latents.float()
-        sigma = training_sigmas(b, self.shift, generator, device=dev)
-        eps = torch.randn(b, c, f - n_c, h, w, generator=generator, device=gdev).to(dev)
-        s = sigma.view(b, 1, 1, 1, 1)
-        noisy = (1 - s) * x0[:, :, n_c:] + s * eps
-        cond = x0[:, :, :n_c]
-        if context_noise_sigma > 0:
-            ctx_eps = torch.randn(cond.shape, generator=generator, device=gdev).to(dev)
-            cond = cond + context_noise_sigma * ctx_eps
-        ts = torch.zeros(b, f, device=dev)
-        ts[:, n_c:] = sigma[:, None] * NUM_TRAIN_TIMESTEPS
-        v = self.velocity(torch.cat([cond, noisy], 2), ts, actions)[:, :, n_c:]
-        if foreground_weight <= 0:
-            return F.mse_loss(v, eps - x0[:, :, n_c:])
-        w = foreground_weights(x0[:, :, n_c:], x0[:, :, n_c - 1 : n_c], foreground_weight)
-        return ((v - (eps - x0[:, :, n_c:])) ** 2 * w).mean() / w.mean()
+        """The tabletop's flow-matching loss on a clip batch (``FlowMatchObjective`` with
+        these two augmentations; objective.py has the equations and WoVR's variant)."""
+        objective = FlowMatchObjective(context_noise_sigma=context_noise_sigma,
+                                       foreground_weight=foreground_weight)
+        return objective.loss(self, latents, actions, num_condition_latents, generator)
 
     # ----------------------------------------------------------------- I/O
     @classmethod
@@ -416,16 +385,6 @@ class ActionWanModel(nn.Module):
             (tmp / "action" / "config.json").write_text(json.dumps(acfg, indent=2))
             state = {k: v.detach().float().contiguous() for k, v in self.action.state_dict().items()}
             save_file(state, str(tmp / "action" / ACTION_WEIGHTS))
-
-
-def foreground_weights(new: torch.Tensor, last_cond: torch.Tensor,
-                       strength: float) -> torch.Tensor:
-    """Per-cell loss weights [B, 1, T, h, w] = 1 + a * d / mean(d), d = channel-mean |new -
-    last condition latent|: the cells where the scene changes (the hand, a carried or dropped
-    block) count 1 + a times their share; a static background counts ~1. Each clip's weights
-    average 1 + a, so clips with little motion are not drowned out."""
-    d = (new - last_cond).abs().mean(1, keepdim=True)
-    return 1.0 + strength * d / d.mean(dim=(1, 2, 3, 4), keepdim=True).clamp(min=1e-6)
 
 
 def build_world_model(cfg: dict[str, Any] | ActionWanModel) -> ActionWanModel:

@@ -34,18 +34,6 @@ def inference_sigmas(num_steps: int, shift: float, device=None) -> torch.Tensor:
     return torch.cat([sig, sig.new_zeros(1)]).to(device)
 
 
-def training_sigmas(
-    batch: int, shift: float, generator: torch.Generator | None = None, device=None
-) -> torch.Tensor:
-    """One sigma per sample from the shifted 1000-step training grid (uniform over the grid)."""
-    grid = shift_sigmas(
-        torch.linspace(1.0, 0.0, NUM_TRAIN_TIMESTEPS + 1, dtype=torch.float32)[:-1], shift
-    )
-    gen_device = generator.device if generator is not None else "cpu"
-    idx = torch.randint(0, NUM_TRAIN_TIMESTEPS, (batch,), generator=generator, device=gen_device)
-    return grid[idx.cpu()].to(device)
-
-
 def euler_sample(
     velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     noise: torch.Tensor,
