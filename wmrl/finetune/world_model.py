@@ -307,7 +307,7 @@ def vae_quality(model: ActionWanModel, clips: ClipSet, max_clips: int = 64,
 
 
 @torch.no_grad()
-def _predict_chunk(model: ActionWanModel, cond: torch.Tensor, actions: torch.Tensor,
+def predict_chunk(model: ActionWanModel, cond: torch.Tensor, actions: torch.Tensor,
                    noise: torch.Tensor, num_inference_steps: int) -> torch.Tensor:
     """The new frames generated from condition latents and a clip's actions, in [0, 1]
     after the env's uint8 rounding: [B, T_new, H, W, 3]."""
@@ -336,9 +336,9 @@ def prediction_quality(model: ActionWanModel, clips: ClipSet, num_inference_step
         noise = torch.randn(z[:, :, n_cond:].shape, generator=gen)
         true = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES:])
         other = clips.actions[(idx + n // 2) % n]  # any batch size, even a last batch of 1
-        pred = _predict_chunk(model, cond, other, noise, num_inference_steps)
+        pred = predict_chunk(model, cond, other, noise, num_inference_steps)
         res["psnr_other_actions"].append(psnr(pred, true).flatten())
-        pred = _predict_chunk(model, cond, clips.actions[idx], noise, num_inference_steps)
+        pred = predict_chunk(model, cond, clips.actions[idx], noise, num_inference_steps)
         res["psnr"].append(psnr(pred, true).flatten())
         copy = u8_video_to_unit(clips.frames[idx, CONDITION_FRAMES - 1 : CONDITION_FRAMES])
         copy = copy.expand_as(true)

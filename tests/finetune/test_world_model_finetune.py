@@ -1,0 +1,175 @@
+"""The world-model fine-tune (scripts/finetune_world_model.py, WorldModelFinetune): a tiny
+LeRobot dataset in, a world-model directory out; LoRA and full; resume; export."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from tests.tiny_models import tiny_world_model
+from wmrl.errors import ConfigError
+from wmrl.finetune.world_model_clips import WorldModelClipData
+from wmrl.finetune.world_model_module import WorldModelFinetune
+from wmrl.lerobot.writer import write_lerobot
+from wmrl.world_model.action_wan import ActionWanModel
+
+ROOT = Path(__file__).resolve().parents[2]
+LENGTHS = (17, 9, 12, 17)  # frames (= rows); T - 1 actions with a recorded outcome
+
+
+def moving_square(i: int, T: int):
+    """A 6x6 square moved by the first two action values: frames follow the actions."""
+    rng = np.random.default_rng(i)
+    actions = rng.uniform(-1, 1, size=(T, 7)).astype(np.float32)
+    frames = np.full((T, 32, 32, 3), 30, np.uint8)
+    pos = np.array([13.0, 13.0])
+    for t in range(T):
+        y, x = np.clip(pos, 0, 26).astype(int)
+        frames[t, y:y + 6, x:x + 6] = (220, 60, 60)
+        pos += 2 * actions[t, :2]
+    return frames, actions, "push the square", None, None
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    tiny_world_model().save_pretrained(root / "wm")
+    write_lerobot(root / "ds", (moving_square(i, T) for i, T in enumerate(LENGTHS)), fps=10)
+    return root
+
+
+def compose_cfg(assets: Path, run: Path, *overrides: str):
+    from omegaconf import open_dict
+
+    import wmrl.build  # noqa: F401  (${wmrl_assets:})
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("finetune_world_model", overrides=[
+            f"world_model.path={assets / 'wm'}", f"data.paths=[{assets / 'ds'}]",
+            f"out_dir={run / 'out'}", "trainer.max_steps=3", "trainer.val_check_interval=2",
+            "checkpoint_every=2", "module.num_inference_steps=2", "logger=csv", *overrides])
+    with open_dict(cfg):
+        cfg.run_dir = str(run)
+        cfg.logger.save_dir = str(run)
+    return cfg
+
+
+def metrics(run: Path) -> list[dict]:
+    with open(run / "csv" / "version_0" / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_clips_from_a_lerobot_dataset(assets):
+    data = WorldModelClipData("lerobot", [str(assets / "ds")], batch_size=2, val_episodes=1)
+    assert data.train_episodes == [0, 1, 2] and data.val_episodes == [3]
+    # 16, 8, 11 actions -> 2 + 1 + 2 chunks of 8; the held-out episode's first 2
+    assert len(data.val_dataloader().dataset) == 2
+    clip = data.val_dataloader().dataset[0]
+    assert clip["frames"].shape == (13, 32, 32, 3) and clip["actions"].shape == (13, 7)
+    it = iter(data.train_dataloader())
+    batches = [next(it) for _ in range(4)]  # the stream goes on past one pass (5 clips)
+    assert all(b["frames"].shape == (2, 13, 32, 32, 3) for b in batches)
+    with pytest.raises(ConfigError, match="data.val_episodes=4"):
+        WorldModelClipData("lerobot", [str(assets / "ds")], val_episodes=4)
+    with pytest.raises(ConfigError, match="data.paths: .* is not a folder"):
+        WorldModelClipData("lerobot", [str(assets / "nowhere")])
+    with pytest.raises(ConfigError, match="data.format='npz'"):
+        WorldModelClipData("npz", [str(assets / "ds")])
+
+
+def test_lora_fit_resume_and_export(assets, tmp_path):
+    from scripts.finetune_world_model import run as finetune
+
+    run = tmp_path / "run"
+    trainer, module = finetune(compose_cfg(assets, run, "+lora.rank=4"))
+    assert trainer.global_step == 3
+    rows = metrics(run)
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    val = [r for r in rows if r.get("val/psnr")]
+    assert len(val) == 1 and 5 < float(val[0]["val/psnr"]) < 60
+    assert 0 < float(val[0]["val/ssim"]) <= 1 and float(val[0]["val/copy_psnr"]) > 0
+    assert (run / "videos" / "step_2.gif").is_file()
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    keys = set(ckpt["state_dict"])
+    assert keys and all("lora_" in k or k.startswith("model.action.") for k in keys)
+    assert not any(k.startswith("model.vae.") for k in keys)
+    # exported: the adapters folded in, a plain world-model directory
+    exported = ActionWanModel.from_pretrained(run / "out")
+    assert not any("lora" in k for k in exported.state_dict())
+    # resume: two more steps from last.ckpt (step 3)
+    trainer2, _ = finetune(compose_cfg(assets, run, "+lora.rank=4", "trainer.max_steps=5",
+                                       "ckpt_path=last", f"out_dir={tmp_path / 'out2'}"))
+    assert trainer2.global_step == 5
+    steps = [int(r["step"]) for r in metrics(run) if r.get("train/loss")]
+    assert steps[-2:] == [3, 4]
+
+
+def test_export_folds_the_adapters_into_the_dit(assets, tmp_path):
+    module = WorldModelFinetune({"path": str(assets / "wm")}, lora={"rank": 4})
+    module.configure_model()
+    trainable = module.trainable_parameters()
+    assert any("lora_A" in n for n in trainable) and any("lora_B" in n for n in trainable)
+    assert not any(n.startswith("model.transformer.") and "lora_" not in n for n in trainable)
+    with torch.no_grad():
+        for n, p in trainable.items():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)  # B starts at 0: make the adapters change the output
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 16, 4, 4, 4, generator=g)
+    ts = torch.tensor([[0.0, 0.0, 700.0, 700.0]] * 2)
+    acts = torch.rand(2, 13, 7, generator=g)
+    base = ActionWanModel.from_pretrained(assets / "wm").eval()
+    module.model.eval()
+    with torch.no_grad():
+        adapted, plain = module.model.velocity(x, ts, acts), base.velocity(x, ts, acts)
+    assert (adapted - plain).abs().max() > 1e-2
+    module.export(tmp_path / "out")
+    with torch.no_grad():
+        got = ActionWanModel.from_pretrained(tmp_path / "out").eval().velocity(x, ts, acts)
+    torch.testing.assert_close(got, adapted, rtol=1e-4, atol=1e-5)
+
+
+def test_full_finetune_step_learns_and_saves_no_vae(assets):
+    """Full fine-tune: the DiT and action modules train, the VAE stays frozen; 15 AdamW steps
+    on one batch lower the loss at fixed draws."""
+    module = WorldModelFinetune({"path": str(assets / "wm")}, lr=3e-3)
+    module.configure_model()
+    names = set(module.trainable_parameters())
+    assert any(n.startswith("model.transformer.") for n in names)
+    assert any(n.startswith("model.action.") for n in names)
+    assert not any(n.startswith("model.vae.") for n in names)
+    data = WorldModelClipData("lerobot", [str(assets / "ds")], batch_size=2)
+    batch = next(iter(data.train_dataloader()))
+    latents = module._latents(batch["frames"])
+
+    def loss_at_fixed_draws():
+        gen = torch.Generator().manual_seed(7)
+        return module.objective.loss(module.model, latents, batch["actions"], 2, gen)
+
+    with torch.no_grad():
+        before = loss_at_fixed_draws().item()
+    opt = torch.optim.AdamW(module.trainable_parameters().values(), lr=3e-3)
+    for step in range(15):
+        opt.zero_grad()
+        module.objective.loss(module.model, latents, batch["actions"], 2,
+                              torch.Generator().manual_seed(step)).backward()
+        opt.step()
+    with torch.no_grad():
+        after = loss_at_fixed_draws().item()
+    assert after < 0.8 * before, (before, after)
+
+
+def test_bad_settings_fail_before_the_model_loads(assets):
+    with pytest.raises(ConfigError, match="objective.preset='diffsynth'"):
+        WorldModelFinetune({"path": "x"}, objective={"preset": "diffsynth"})
+    with pytest.raises(ConfigError, match="lora.rank=0"):
+        WorldModelFinetune({"path": "x"}, lora={"rank": 0})
+    with pytest.raises(ConfigError, match="objective: .*unexpected keyword"):
+        WorldModelFinetune({"path": "x"}, objective={"preset": "wovr", "sigma": 1})

@@ -1,0 +1,211 @@
+"""Fine-tune the action-conditioned Wan world model as a LightningModule.
+
+One training step: clips of 13 frames (anchor, 4 context frames, 8 new frames) and their
+actions -> the frozen VAE's latents (4 latent frames) -> ``FlowMatchObjective.loss``
+(objective.py: WoVR's objective, ``objective.preset=wovr``, proven equal to the DiffSynth fork
+that trained it, or the tabletop's, ``preset=tabletop``) -> AdamW on the trainable
+parameters: the whole DiT and the action modules (``lora: null``), or LoRA adapters on the
+DiT's attention and feed-forward projections (peft, through diffusers' ``add_adapter``) plus,
+with ``train_action_modules``, the action modules in full (a new robot's actions need them).
+
+Validation, on held-out episodes: the objective at fixed draws (``val/loss``), and the 8 new
+frames generated from the true condition frames and actions (``num_inference_steps`` Euler
+steps, fixed noise) against the true ones: ``val/psnr``, ``val/ssim`` (torchmetrics, per
+frame, after the env's uint8 rounding), beside the copy-the-last-frame baseline
+(``val/copy_psnr``); the first clips' imagined | real frames go to
+``<video_dir>/step_<N>.gif``.
+
+Checkpoints hold the trainable parameters only (with LoRA: the adapters, megabytes at 5B);
+the frozen rest comes from ``world_model.path`` again on resume, so ``strict_loading`` is off.
+``export(out)`` folds the adapters into the DiT and writes a world-model directory that
+``WanWorldModelEnv`` loads (``env.world_model.path=<out>``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from wmrl.algorithms.lr_schedule import lr_multiplier
+from wmrl.errors import ConfigError
+from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
+from wmrl.finetune.world_model import CONDITION_FRAMES, predict_chunk
+from wmrl.pixels import u8_to_unit_torch
+from wmrl.world_model.action_wan import build_world_model
+from wmrl.world_model.objective import FlowMatchObjective
+
+PRESETS = ("wovr", "tabletop")
+# the DiffSynth fork's LoRA targets (q, k, v, o, ffn.0, ffn.2 of every block) in diffusers' names
+DIT_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
+
+
+def build_objective(cfg: dict[str, Any] | None) -> FlowMatchObjective:
+    """``{preset: wovr | tabletop, <FlowMatchObjective field>: value, ...}``."""
+    cfg = dict(cfg or {})
+    preset = cfg.pop("preset", "wovr")
+    if preset not in PRESETS:
+        raise ConfigError(f"objective.preset={preset!r} is not allowed: one of {PRESETS}")
+    try:
+        return FlowMatchObjective.wovr(**cfg) if preset == "wovr" else FlowMatchObjective(**cfg)
+    except TypeError as e:
+        raise ConfigError(f"objective: {e} (fields: per_sample_timesteps, "
+                          "context_timestep_index, timestep_weights, timestep_dtype, "
+                          "context_noise_sigma, foreground_weight)") from None
+
+
+def lora_config(cfg: dict[str, Any]):
+    """peft ``LoraConfig`` from ``{rank, alpha, dropout, target_modules}`` (alpha defaults to
+    the rank, as the fork's; targets to ``DIT_LORA_TARGETS``)."""
+    from peft import LoraConfig
+
+    rank = int(cfg.get("rank", 32))
+    if rank < 1:
+        raise ConfigError(f"lora.rank={rank} must be >= 1")
+    return LoraConfig(r=rank, lora_alpha=float(cfg.get("alpha") or rank),
+                      lora_dropout=float(cfg.get("dropout", 0.0)),
+                      target_modules=list(cfg.get("target_modules") or DIT_LORA_TARGETS))
+
+
+class WorldModelFinetune(L.LightningModule):
+    def __init__(self, world_model: dict[str, Any], objective: dict[str, Any] | None = None,
+                 lora: dict[str, Any] | None = None, train_action_modules: bool = True,
+                 lr: float = 1e-5, weight_decay: float = 0.0, betas: tuple = (0.9, 0.999),
+                 lr_schedule: str = "constant", warmup_steps: int = 0,
+                 gradient_checkpointing: bool = False, num_inference_steps: int = 5,
+                 video_clips: int = 2, video_dir: str | None = None, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.world_model_cfg = dict(world_model)
+        self.objective = build_objective(objective)
+        self.lora = None if lora is None else dict(lora)
+        if self.lora is not None:
+            lora_config(self.lora)  # bad settings fail here, before the model loads
+        self.model = None
+        self.strict_loading = False  # checkpoints hold the trainable parameters only
+        self._val: dict[str, list[torch.Tensor]] = {}
+
+    # ---------------------------------------------------------------- model
+    def configure_model(self) -> None:
+        if self.model is not None:
+            return
+        model = build_world_model(self.world_model_cfg)
+        model.vae.requires_grad_(False).eval()
+        model.transformer.requires_grad_(self.lora is None)
+        model.action.requires_grad_(self.lora is None or self.hparams.train_action_modules)
+        if self.lora is not None:
+            model.transformer.add_adapter(lora_config(self.lora))  # adapters: requires_grad
+        if self.hparams.gradient_checkpointing:
+            model.transformer.enable_gradient_checkpointing()
+        self.model = model
+
+    def trainable_parameters(self) -> dict[str, torch.nn.Parameter]:
+        return {n: p for n, p in self.named_parameters() if p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        keep = set(self.trainable_parameters())
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if k in keep}
+
+    def configure_optimizers(self):
+        params = list(self.trainable_parameters().values())
+        if not params:
+            raise ConfigError("nothing to train: lora is null and the model is frozen?")
+        opt = torch.optim.AdamW(params, lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                weight_decay=self.hparams.weight_decay)
+        total = max(int(self.trainer.max_steps), 1) if self.trainer.max_steps > 0 else 1
+
+        def multiplier(step: int) -> float:
+            return lr_multiplier(step, total, self.hparams.lr_schedule,
+                                 self.hparams.warmup_steps)
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, multiplier)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---------------------------------------------------------------- steps
+    def _latents(self, frames: torch.Tensor) -> torch.Tensor:
+        video = u8_to_unit_torch(frames).permute(0, 4, 1, 2, 3)  # [B, 3, 13, H, W]
+        with torch.no_grad():
+            return self.model.encode(video)
+
+    def _generator(self, *key: int) -> torch.Generator:
+        return torch.Generator().manual_seed(hash((self.hparams.seed, *key)) % (2 ** 63))
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        latents = self._latents(batch["frames"])
+        n_cond = self.model.latent_frames(CONDITION_FRAMES)
+        gen = self._generator(self.global_step, self.global_rank)
+        loss = self.objective.loss(self.model, latents, batch["actions"], n_cond, gen)
+        self.log("train/loss", loss, prog_bar=True, batch_size=latents.shape[0])
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._val = {k: [] for k in ("loss", "psnr", "ssim", "copy_psnr", "imagined", "real")}
+
+    @torch.no_grad()
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        frames, actions = batch["frames"], batch["actions"]
+        latents = self._latents(frames)
+        n_cond = self.model.latent_frames(CONDITION_FRAMES)
+        gen = self._generator(-1, batch_idx)  # the same draws at every validation
+        b = latents.shape[0]
+        loss = self.objective.loss(self.model, latents, actions, n_cond, gen)
+        noise = torch.randn(latents[:, :, n_cond:].shape, generator=gen).to(latents.device)
+        pred = predict_chunk(self.model, latents[:, :, :n_cond], actions, noise,
+                             self.hparams.num_inference_steps)  # [B, 8, 3, H, W] in [0, 1]
+        true = u8_video_to_unit(frames[:, CONDITION_FRAMES:])
+        copy = u8_video_to_unit(frames[:, CONDITION_FRAMES - 1:CONDITION_FRAMES]).expand_as(true)
+        v = self._val
+        v["loss"].append(loss.detach().float().expand(b).cpu())
+        v["psnr"].append(psnr(pred, true).flatten().cpu())
+        v["ssim"].append(ssim(pred, true).flatten().cpu())
+        v["copy_psnr"].append(psnr(copy, true).flatten().cpu())
+        kept = sum(len(x) for x in v["imagined"])
+        if kept < self.hparams.video_clips:
+            k = self.hparams.video_clips - kept
+            v["imagined"].append(pred[:k].cpu())
+            v["real"].append(true[:k].cpu())
+
+    def on_validation_epoch_end(self) -> None:
+        v = self._val
+        if not v.get("psnr"):
+            return
+        metrics = {f"val/{k}": torch.cat(v[k]).mean() for k in ("loss", "psnr", "ssim",
+                                                                  "copy_psnr")}
+        self.log_dict(metrics, sync_dist=True)
+        if self.hparams.video_dir and self.trainer.is_global_zero and v["imagined"]:
+            write_strip_gif(torch.cat(v["imagined"]), torch.cat(v["real"]),
+                            Path(self.hparams.video_dir) / f"step_{self.global_step}.gif")
+
+    # ---------------------------------------------------------------- export
+    def export(self, out: str | Path) -> Path:
+        """Adapters folded into the DiT, the world-model directory written atomically (the
+        trained model is left as it was: the fold happens on a copy of the adapted layers)."""
+        import copy
+
+        model = self.model
+        if self.lora is not None:
+            model = copy.deepcopy(model)
+            model.transformer.fuse_lora()
+            model.transformer.unload_lora()
+        model.save_pretrained(out)
+        return Path(out)
+
+
+def write_strip_gif(imagined: torch.Tensor, real: torch.Tensor, path: Path) -> Path:
+    """[N, T, 3, H, W] in [0, 1] each (as the metrics take them) -> a GIF of T frames, the
+    clips stacked, imagined | real."""
+    from PIL import Image
+
+    imagined, real = imagined.permute(0, 1, 3, 4, 2), real.permute(0, 1, 3, 4, 2)
+    rows = torch.cat([imagined, torch.ones_like(imagined[:, :, :, :2]), real], 3)
+    video = (torch.cat(list(rows), 1).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.gif")
+    images = [Image.fromarray(np.ascontiguousarray(f)) for f in video]
+    images[0].save(tmp, save_all=True, append_images=images[1:], duration=200, loop=0)
+    tmp.replace(path)
+    return path
