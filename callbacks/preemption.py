@@ -40,13 +40,15 @@ class StepCheckpoint(ModelCheckpoint):
     it and abort the step. ``setup`` takes it off for the fit, ``teardown`` puts it back
     (after an exception it stays off: the process is on its way out)."""
 
-    def __init__(self, run_dir: str, keep_last: int = 3, every_n_steps: int = 1) -> None:
+    def __init__(self, run_dir: str, keep_last: int = 3, every_n_steps: int = 1,
+                 script: str = "scripts/fit.py") -> None:
         super().__init__(dirpath=os.path.join(os.path.abspath(run_dir), "checkpoints"),
                          filename="step-{step:06d}", auto_insert_metric_name=False,
                          monitor="step", mode="max", save_top_k=keep_last, save_last=True,
                          every_n_train_steps=every_n_steps)
         self.run_dir = os.path.abspath(run_dir)
         self.every_n_steps = every_n_steps
+        self.script = script  # what the printed resume command runs
         self.saved_step: int | None = None  # the step of the newest checkpoint written
         self._outer_sigterm = None
 
@@ -86,7 +88,7 @@ class StepCheckpoint(ModelCheckpoint):
         else:
             what = f"preempted during a step ({type(exception).__name__}: dropped it)"
             what += f"; the last checkpoint is {last}" if last else "; no checkpoint yet"
-        print(f"{what}; resume with: {resume_command(last, self.run_dir)}", file=sys.stderr,
+        print(f"{what}; resume with: {resume_command(last, self.run_dir, self.script)}", file=sys.stderr,
               flush=True)
 
     def save_last_now(self, trainer: L.Trainer) -> None:
@@ -95,8 +97,8 @@ class StepCheckpoint(ModelCheckpoint):
         trainer.save_checkpoint(self.last_model_path)
 
 
-def resume_command(ckpt_path: str | None, run_dir: str) -> str:
-    """``python scripts/fit.py <this run's command-line overrides> ckpt_path=... hydra.run.dir=
+def resume_command(ckpt_path: str | None, run_dir: str, script: str = "scripts/fit.py") -> str:
+    """``python <script> <this run's command-line overrides> ckpt_path=... hydra.run.dir=
     <run_dir>``: the same config, into the same run dir (checkpoints and logger runs
     continue). Outside a Hydra app there are no overrides to repeat."""
     given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
@@ -105,7 +107,7 @@ def resume_command(ckpt_path: str | None, run_dir: str) -> str:
     if ckpt_path:
         keep.append(f"ckpt_path={_hydra_value(ckpt_path)}")
     keep.append(f"hydra.run.dir={_hydra_value(run_dir)}")
-    return " ".join(["python", "scripts/fit.py", *(shlex.quote(o) for o in keep)])
+    return " ".join(["python", script, *(shlex.quote(o) for o in keep)])
 
 
 def _hydra_value(value: str) -> str:

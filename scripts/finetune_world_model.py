@@ -29,9 +29,10 @@ from wmrl.config import ConfigError, resolve_ckpt_path  # noqa: E402
 def run(cfg: DictConfig):
     """Check the inputs, fine-tune, export; returns (trainer, module)."""
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from callbacks.checkpoint_io import AtomicCheckpointIO
+    from callbacks.preemption import PREEMPTED_EXIT_CODE, StepCheckpoint
     from wmrl.build import build, to_container
     from wmrl.finetune.world_model_clips import WorldModelClipData
     from wmrl.finetune.world_model_module import WorldModelFinetune
@@ -54,14 +55,19 @@ def run(cfg: DictConfig):
                                 **to_container(cfg.module))
     strategy = build(cfg.strategy) if "_target_" in cfg.strategy else cfg.strategy.strategy
     logger = build(to_container(cfg.logger)) if cfg.get("logger") else False
-    ckpt = ModelCheckpoint(dirpath=os.path.join(cfg.run_dir, "checkpoints"), save_last=True,
-                           every_n_train_steps=int(cfg.checkpoint_every), save_top_k=0)
+    ckpt = StepCheckpoint(cfg.run_dir, keep_last=cfg.checkpoint.keep_last,
+                          every_n_steps=cfg.checkpoint.every_n_steps,
+                          script="scripts/finetune_world_model.py")
     trainer = L.Trainer(strategy=strategy, logger=logger, callbacks=[ckpt],
                         plugins=[AtomicCheckpointIO()], default_root_dir=cfg.run_dir,
                         **to_container(cfg.trainer))
-    trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
-    if trainer.is_global_zero:
-        module.export(out_dir)
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
+    except BaseException as err:  # preempted: last.ckpt holds the last step, exit 143
+        if not trainer.received_sigterm:
+            raise
+        raise SIGTERMException(PREEMPTED_EXIT_CODE) from err
+    if module.export(out_dir) is not None:  # every rank gathers; rank 0 writes
         print(f"world model -> {out_dir}")
     return trainer, module
 

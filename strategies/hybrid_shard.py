@@ -43,9 +43,10 @@ class HybridShardStrategy(ModelParallelStrategy):
             (e.g. transformer blocks); then every top-level child module of the LightningModule
             (``root_modules``) is sharded as a root. Skipped when ``configure_model`` already
             applied ``fully_shard``.
-        root_modules: attribute names of the LightningModule to shard as roots (default: all
-            direct children with parameters). Their ``forward`` must be what training calls.
-            Parameters outside them are neither sharded nor synchronised: a warning names them.
+        root_modules: names of submodules of the LightningModule to shard as roots, dotted
+            paths allowed (``model.transformer``; default: all direct children with parameters).
+            Their ``forward`` must be what training calls. Parameters outside them are neither
+            sharded nor synchronised (frozen ones are replicated): a warning names trainable ones.
         param_dtype: compute dtype of the gathered parameters (FSDP2 ``MixedPrecisionPolicy``).
             None (default) follows the Trainer's precision: ``bf16-mixed``/``bf16-true`` ->
             bfloat16, ``16-mixed``/``16-true`` -> float16, otherwise the parameters' own dtype
@@ -153,10 +154,11 @@ class HybridShardStrategy(ModelParallelStrategy):
 
     def _roots(self, module: nn.Module) -> list[nn.Module]:
         if self.root_modules is not None:
-            missing = [n for n in self.root_modules if not isinstance(getattr(module, n, None), nn.Module)]
+            names = dict(module.named_modules())  # dotted paths: "model.transformer"
+            missing = [n for n in self.root_modules if n not in names]
             if missing:
                 raise ValueError(f"strategy.root_modules {missing} are not submodules of {type(module).__name__}.")
-            roots = [getattr(module, n) for n in self.root_modules]
+            roots = [names[n] for n in self.root_modules]
             _warn_unsharded(module, roots, self.root_modules)
             return roots
         own = [n for n, _ in module.named_parameters(recurse=False)]
@@ -270,6 +272,34 @@ class HybridShardStrategy(ModelParallelStrategy):
             _replace(tmp, path)
         self.barrier()
 
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        """As ``ModelParallelStrategy``; a DCP folder is read partially when the LightningModule
+        sets ``strict_loading = False``: a checkpoint that holds only some of its entries (a
+        fine-tune's trainable parameters, the frozen rest rebuilt from its source) restores
+        those, the others keep the values they were built with."""
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if self.lightning_module.strict_loading or not (path / ".metadata").is_file():
+            return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        from torch.distributed.checkpoint import DefaultLoadPlanner, load
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        state = {"state_dict": get_model_state_dict(self.model)}
+        load(state, checkpoint_id=path, planner=DefaultLoadPlanner(allow_partial_load=True))
+        set_model_state_dict(self.model, state["state_dict"], options=StateDictOptions(strict=False))
+        for idx, optimizer in enumerate(self.optimizers):
+            key = f"optimizer_{idx}"
+            opt_state = {key: get_optimizer_state_dict(self.model, optimizer)}
+            load(opt_state, checkpoint_id=path)
+            set_optimizer_state_dict(self.model, optimizer, optim_state_dict=opt_state[key],
+                                     options=StateDictOptions(cpu_offload=True))
+        return torch.load(path / _METADATA_FILENAME, weights_only=weights_only)
+
     def remove_checkpoint(self, filepath: Any) -> None:
         if self.global_rank == 0:
             path = Path(filepath)
@@ -282,10 +312,12 @@ class HybridShardStrategy(ModelParallelStrategy):
 def _warn_unsharded(
     module: nn.Module, roots: Sequence[nn.Module], root_names: Sequence[str], show: int = 5
 ) -> list[str]:
-    """Warn (rank 0) about parameters of ``module`` outside every root: FSDP2 neither shards
-    them nor reduces their gradients, so each rank would train its own copy. Returns their names."""
+    """Warn (rank 0) about trainable parameters of ``module`` outside every root: FSDP2 neither
+    shards them nor reduces their gradients, so each rank would train its own copy (a frozen
+    part, such as a VAE that only encodes, is simply replicated). Returns their names."""
     inside = {id(p) for root in roots for p in root.parameters()}
-    left = [name for name, p in module.named_parameters() if id(p) not in inside]
+    left = [name for name, p in module.named_parameters()
+            if id(p) not in inside and p.requires_grad]
     if left:
         more = f" and {len(left) - show} more" if len(left) > show else ""
         rank_zero_warn(

@@ -53,7 +53,7 @@ def compose_cfg(assets: Path, run: Path, *overrides: str):
         cfg = compose("finetune_world_model", overrides=[
             f"world_model.path={assets / 'wm'}", f"data.paths=[{assets / 'ds'}]",
             f"out_dir={run / 'out'}", "trainer.max_steps=3", "trainer.val_check_interval=2",
-            "checkpoint_every=2", "module.num_inference_steps=2", "logger=csv", *overrides])
+            "checkpoint.every_n_steps=2", "module.num_inference_steps=2", "logger=csv", *overrides])
     with open_dict(cfg):
         cfg.run_dir = str(run)
         cfg.logger.save_dir = str(run)
@@ -63,6 +63,17 @@ def compose_cfg(assets: Path, run: Path, *overrides: str):
 def metrics(run: Path) -> list[dict]:
     with open(run / "csv" / "version_0" / "metrics.csv") as f:
         return list(csv.DictReader(f))
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Two world-model directories hold the same tensors."""
+    from safetensors.torch import load_file
+
+    files = sorted(p.relative_to(a) for p in a.rglob("*.safetensors"))
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*.safetensors"))
+    for f in files:
+        x, y = load_file(str(a / f)), load_file(str(b / f))
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), f
 
 
 def test_clips_from_a_lerobot_dataset(assets):
@@ -103,6 +114,10 @@ def test_lora_fit_resume_and_export(assets, tmp_path):
     # exported: the adapters folded in, a plain world-model directory
     exported = ActionWanModel.from_pretrained(run / "out")
     assert not any("lora" in k for k in exported.state_dict())
+    # resume at the last step: nothing more to train, the same weights come back
+    finetune(compose_cfg(assets, run, "+lora.rank=4", "ckpt_path=last",
+                         f"out_dir={tmp_path / 'again'}"))
+    assert_same_weights(run / "out", tmp_path / "again")
     # resume: two more steps from last.ckpt (step 3)
     trainer2, _ = finetune(compose_cfg(assets, run, "+lora.rank=4", "trainer.max_steps=5",
                                        "ckpt_path=last", f"out_dir={tmp_path / 'out2'}"))
@@ -173,3 +188,56 @@ def test_bad_settings_fail_before_the_model_loads(assets):
         WorldModelFinetune({"path": "x"}, lora={"rank": 0})
     with pytest.raises(ConfigError, match="objective: .*unexpected keyword"):
         WorldModelFinetune({"path": "x"}, objective={"preset": "wovr", "sigma": 1})
+
+
+def launch_two_ranks(cwd: Path, *overrides: str) -> None:
+    """scripts/finetune_world_model.py on 2 CPU ranks started at once (as torchrun would)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               WORLD_SIZE="2", NODE_RANK="0")
+    cmd = [sys.executable, str(ROOT / "scripts" / "finetune_world_model.py"), *overrides]
+    procs = [subprocess.Popen(cmd, env=dict(env, LOCAL_RANK=str(r)), cwd=cwd, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:  # one rank failing leaves the other waiting in a collective
+            if p.poll() is None:
+                p.kill()
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
+
+
+@pytest.mark.slow
+def test_lora_finetune_sharded_over_two_ranks_resumes(assets, tmp_path):
+    """strategy=world_model_shard (HybridShardStrategy, FSDP2 over the DiT blocks, gloo): the
+    checkpoint is a DCP folder of the adapters and action modules only; a resume restores
+    them (resumed at its last step, the export is the same tensors) and trains on."""
+    from strategies.checkpoint import load_full_state_dict
+
+    run = tmp_path / "run"
+    common = [f"world_model.path={assets / 'wm'}", f"data.paths=[{assets / 'ds'}]",
+              "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
+              "module.num_inference_steps=2", "+lora.rank=4", "strategy=world_model_shard",
+              "trainer.devices=2", f"hydra.run.dir={run}"]
+    launch_two_ranks(tmp_path, *common, "trainer.max_steps=3", f"out_dir={tmp_path / 'a'}")
+    last = run / "checkpoints" / "last.ckpt"
+    assert (last / ".metadata").is_file()  # sharded: one DCP folder
+    keys = set(load_full_state_dict(last))
+    assert keys and all("lora_" in k or k.startswith("model.action.") for k in keys)
+    launch_two_ranks(tmp_path, *common, "trainer.max_steps=3", "ckpt_path=last",
+                     f"out_dir={tmp_path / 'b'}")
+    assert_same_weights(tmp_path / "a", tmp_path / "b")
+    launch_two_ranks(tmp_path, *common, "trainer.max_steps=4", "ckpt_path=last",
+                     f"out_dir={tmp_path / 'c'}")
+    steps = [int(r["step"]) for r in metrics(run) if r.get("train/loss")]
+    assert steps == [0, 1, 2, 3]  # rank 0 logs; the resumed run went on at step 3
+    assert any(r.get("val/psnr") for r in metrics(run))
+    ActionWanModel.from_pretrained(tmp_path / "c")

@@ -291,6 +291,14 @@ def test_root_modules_leaving_parameters_out_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         HybridShardStrategy(root_modules=["policy", "head"])._roots(M())  # all covered: silent
+        m = M()
+        m.head.requires_grad_(False)  # a frozen part outside the roots is replicated: silent
+        assert HybridShardStrategy(root_modules=["policy"])._roots(m) == [m.policy]
+    m = M()  # dotted paths name nested roots (the world model's transformer inside .model)
+    roots = HybridShardStrategy(root_modules=["policy", "head.0", "head.2"])._roots(m)
+    assert roots == [m.policy, m.head[0], m.head[2]]
+    with pytest.raises(ValueError, match=r"\['head.7'\] are not submodules"):
+        HybridShardStrategy(root_modules=["head.7"])._roots(m)
 
 
 _ONE_PROCESS_FIT = r"""

@@ -29,6 +29,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.errors import ConfigError
@@ -90,8 +92,11 @@ class WorldModelFinetune(L.LightningModule):
 
     # ---------------------------------------------------------------- model
     def configure_model(self) -> None:
-        if self.model is not None:
-            return
+        if self.model is None:
+            self.model = self._build()
+
+    def _build(self):
+        """The world model with the trainable parts marked (and the adapters, with LoRA)."""
         model = build_world_model(self.world_model_cfg)
         model.vae.requires_grad_(False).eval()
         model.transformer.requires_grad_(self.lora is None)
@@ -100,7 +105,7 @@ class WorldModelFinetune(L.LightningModule):
             model.transformer.add_adapter(lora_config(self.lora))  # adapters: requires_grad
         if self.hparams.gradient_checkpointing:
             model.transformer.enable_gradient_checkpointing()
-        self.model = model
+        return model
 
     def trainable_parameters(self) -> dict[str, torch.nn.Parameter]:
         return {n: p for n, p in self.named_parameters() if p.requires_grad}
@@ -181,14 +186,20 @@ class WorldModelFinetune(L.LightningModule):
                             Path(self.hparams.video_dir) / f"step_{self.global_step}.gif")
 
     # ---------------------------------------------------------------- export
-    def export(self, out: str | Path) -> Path:
-        """Adapters folded into the DiT, the world-model directory written atomically (the
-        trained model is left as it was: the fold happens on a copy of the adapted layers)."""
-        import copy
-
+    def export(self, out: str | Path) -> Path | None:
+        """Adapters folded into the DiT, the world-model directory written atomically. Call it
+        on every rank after the fit: sharded (FSDP2) weights are gathered first, a collective,
+        into a fresh copy that rank 0 writes; unsharded, the model is folded in place (the
+        module is done training)."""
         model = self.model
+        if any(isinstance(m, FSDPModule) for m in model.modules()):
+            state = get_model_state_dict(
+                model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if not self.trainer.is_global_zero:
+                return None
+            model = self._build()
+            model.load_state_dict(state)
         if self.lora is not None:
-            model = copy.deepcopy(model)
             model.transformer.fuse_lora()
             model.transformer.unload_lora()
         model.save_pretrained(out)
