@@ -8,6 +8,10 @@ parameters: the whole DiT and the action modules (``lora: null``), or LoRA adapt
 DiT's attention and feed-forward projections (peft, through diffusers' ``add_adapter``) plus,
 with ``train_action_modules``, the action modules in full (a new robot's actions need them).
 
+PACE (wmrl/pace/round.py) fine-tunes its world-model copy with this module too: the same
+objective (``latent_loss``) and optimizer (``make_optimizer``) on its own clip buffer, between
+GRPO steps, without a Trainer.
+
 Validation, on held-out episodes: the objective at fixed draws (``val/loss``), and the 8 new
 frames generated from the true condition frames and actions (``num_inference_steps`` Euler
 steps, fixed noise) against the true ones: ``val/psnr``, ``val/ssim`` (torchmetrics, per
@@ -115,12 +119,16 @@ class WorldModelFinetune(L.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if k in keep}
 
-    def configure_optimizers(self):
+    def make_optimizer(self) -> torch.optim.AdamW:
+        """AdamW over the trainable parameters (the Trainer's, and PACE's between its rounds)."""
         params = list(self.trainable_parameters().values())
         if not params:
             raise ConfigError("nothing to train: lora is null and the model is frozen?")
-        opt = torch.optim.AdamW(params, lr=self.hparams.lr, betas=tuple(self.hparams.betas),
-                                weight_decay=self.hparams.weight_decay)
+        return torch.optim.AdamW(params, lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                 weight_decay=self.hparams.weight_decay)
+
+    def configure_optimizers(self):
+        opt = self.make_optimizer()
         total = max(int(self.trainer.max_steps), 1) if self.trainer.max_steps > 0 else 1
 
         def multiplier(step: int) -> float:
@@ -139,11 +147,17 @@ class WorldModelFinetune(L.LightningModule):
     def _generator(self, *key: int) -> torch.Generator:
         return torch.Generator().manual_seed(hash((self.hparams.seed, *key)) % (2 ** 63))
 
+    def latent_loss(self, latents: torch.Tensor, actions: torch.Tensor,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+        """The objective on encoded clips (normalised latents [B, C, 4, h, w], actions
+        [B, 13, D]): what a training step takes, and PACE's fine-tune on its clip buffer."""
+        n_cond = self.model.latent_frames(CONDITION_FRAMES)
+        return self.objective.loss(self.model, latents, actions, n_cond, generator)
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         latents = self._latents(batch["frames"])
-        n_cond = self.model.latent_frames(CONDITION_FRAMES)
         gen = self._generator(self.global_step, self.global_rank)
-        loss = self.objective.loss(self.model, latents, batch["actions"], n_cond, gen)
+        loss = self.latent_loss(latents, batch["actions"], gen)
         self.log("train/loss", loss, prog_bar=True, batch_size=latents.shape[0])
         return loss
 
@@ -157,7 +171,7 @@ class WorldModelFinetune(L.LightningModule):
         n_cond = self.model.latent_frames(CONDITION_FRAMES)
         gen = self._generator(-1, batch_idx)  # the same draws at every validation
         b = latents.shape[0]
-        loss = self.objective.loss(self.model, latents, actions, n_cond, gen)
+        loss = self.latent_loss(latents, actions, gen)
         noise = torch.randn(latents[:, :, n_cond:].shape, generator=gen).to(latents.device)
         pred = predict_chunk(self.model, latents[:, :, :n_cond], actions, noise,
                              self.hparams.num_inference_steps)  # [B, 8, 3, H, W] in [0, 1]

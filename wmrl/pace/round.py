@@ -33,11 +33,12 @@ import torch
 from wmrl.build import build
 from wmrl.finetune import reward_on_imagination as R
 from wmrl.finetune import world_model as T
+from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.pace.ledger import PaceLedger, round_metrics
 from wmrl.sim.dataset import Episode
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
-from wmrl.world_model.action_wan import ActionWanModel, build_world_model
+from wmrl.world_model.action_wan import ActionWanModel
 
 # what the fine-tune trains (train_transformer's parameters) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
@@ -134,8 +135,13 @@ class Pace:
         self.sim_env.pop("_target_", None)
         self.sim_env.setdefault("terminate_on_success", post_success_steps is None)
         self.buffer_rounds, self.eval_clips = buffer_rounds, eval_clips
-        self.loss_kwargs = dict(context_noise_sigma=context_noise_sigma,
-                                foreground_weight=foreground_weight)
+        # the fine-tune is the world-model fine-tune's module (its objective with the
+        # tabletop's settings, its optimizer), stepped here on the round's clips
+        self.finetuner = WorldModelFinetune(
+            self.world_model_cfg, objective={"preset": "tabletop",
+                                             "context_noise_sigma": context_noise_sigma,
+                                             "foreground_weight": foreground_weight},
+            lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99), seed=seed)
         self.gripper_event_weight = gripper_event_weight
         self.reward_steps, self.reward_lr = reward_steps, reward_lr
         self.reward_batch_size, self.reward_spec = reward_batch_size, reward
@@ -159,12 +165,10 @@ class Pace:
         """Build the world-model copy (+ optimizer, + reward copy) once; apply restored state."""
         if self.model is None:
             dev = torch.device(self.device or device or "cpu")
-            self.model = build_world_model(self.world_model_cfg).to(dev).eval()
-            self.model.requires_grad_(False)
-            params = [*self.model.transformer.parameters(), *self.model.action.parameters()]
-            self.optimizer = torch.optim.AdamW(params, lr=self.lr,
-                                               weight_decay=self.weight_decay,
-                                               betas=(0.9, 0.99))
+            self.finetuner.configure_model()
+            self.model = self.finetuner.model.to(dev)
+            self.optimizer = self.finetuner.make_optimizer()  # transformer + action modules
+            self.model.eval().requires_grad_(False)  # finetune() turns them on for its steps
             if self.reward_steps > 0:
                 self.reward = build(self.reward_spec).to(dev)
                 self.reward_optimizer = torch.optim.AdamW(self.reward.model.parameters(),
@@ -249,23 +253,21 @@ class Pace:
     def fixed_noise_loss(self, latents: torch.Tensor, actions: torch.Tensor) -> float:
         """Flow-matching loss on (at most ``eval_clips``) clips with a fixed noise draw: the
         same number before and after a fine-tune measures what it changed."""
-        model = self.ensure_models()
+        self.ensure_models()
         n = min(len(latents), self.eval_clips)
         gen = torch.Generator().manual_seed(self.seed + 12_345)
-        n_cond = model.latent_frames(T.CONDITION_FRAMES)
         total = 0.0
         for i in range(0, n, self.batch_size):
             j = min(i + self.batch_size, n)
-            loss = model.training_loss(latents[i:j], actions[i:j], n_cond, generator=gen,
-                                       **self.loss_kwargs)
+            loss = self.finetuner.latent_loss(latents[i:j], actions[i:j], gen)
             total += float(loss) * (j - i)
         return total / max(n, 1)
 
     def finetune(self, latents: torch.Tensor, actions: torch.Tensor,
                  round_index: int) -> list[float]:
         """``steps`` AdamW steps (this object's optimizer, kept across rounds) of
-        ``ActionWanModel.training_loss`` on random clip batches, as ``T.train_transformer``
-        does but at a constant ``lr``; returns the loss per step."""
+        ``WorldModelFinetune.latent_loss`` (the tabletop objective) on random clip batches, as
+        ``T.train_transformer`` does but at a constant ``lr``; returns the loss per step."""
         model = self.ensure_models()
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
         params = [*model.transformer.parameters(), *model.action.parameters()]
@@ -273,7 +275,6 @@ class Pace:
             p.requires_grad_(True)
         model.transformer.train()
         model.action.train()
-        n_cond = model.latent_frames(T.CONDITION_FRAMES)
         probs = None if self.gripper_event_weight == 1.0 else T.clip_sampling_weights(
             actions.cpu(), self.gripper_event_weight)
         losses = []
@@ -284,8 +285,7 @@ class Pace:
                        torch.multinomial(probs, self.batch_size, replacement=True,
                                          generator=gen))
                 idx = idx.to(latents.device)
-                loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
-                                           **self.loss_kwargs)
+                loss = self.finetuner.latent_loss(latents[idx], actions[idx], gen)
                 losses.append(T.optimizer_step(self.optimizer, loss, params))
         finally:
             model.eval().requires_grad_(False)
