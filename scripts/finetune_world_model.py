@@ -62,7 +62,7 @@ def run(cfg: DictConfig):
                         plugins=[AtomicCheckpointIO()], default_root_dir=cfg.run_dir,
                         **to_container(cfg.trainer))
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
+        trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path, weights_only=True)
     except BaseException as err:  # preempted: last.ckpt holds the last step, exit 143
         if not trainer.received_sigterm:
             raise

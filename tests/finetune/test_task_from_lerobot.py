@@ -1,0 +1,95 @@
+"""scripts/task_from_lerobot.py: a LeRobot dataset in; reset states, a reward and a world model
+out, in one command; then scripts/fit.py runs on them."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wmrl.lerobot.writer import write_lerobot
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "task_from_lerobot.py"
+TINY = ["--reward-set", "steps=3", "batch_size=8", "--world-model-set", "trainer.max_steps=2",
+        "trainer.val_check_interval=2", "module.num_inference_steps=1", "logger=csv"]
+
+
+def pushed_square(i: int, T: int = 17):
+    """64x64 frames of a square pushed by the first two action values; the last 3 succeed."""
+    rng = np.random.default_rng(i)
+    actions = rng.uniform(-1, 1, size=(T, 7)).astype(np.float32)
+    frames = np.full((T, 64, 64, 3), 30, np.uint8)
+    pos = np.array([26.0, 26.0])
+    for t in range(T):
+        y, x = np.clip(pos, 0, 52).astype(int)
+        frames[t, y:y + 12, x:x + 12] = (220, 60, 60)
+        pos += 3 * actions[t, :2]
+    return frames, actions, "push the square", np.arange(T) >= T - 3, None
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("lerobot") / "ds"
+    write_lerobot(root, (pushed_square(i) for i in range(3)), fps=10)
+    return root
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_bad_inputs_are_one_line_before_any_work(dataset, tmp_path):
+    wm = ROOT / "wmrl" / "assets" / "world_model"
+    cases = {
+        "meta/info.json is missing": [tmp_path, "--out", tmp_path / "t", "--world-model", wm,
+                                      "--size", 64],
+        "--world-model": [dataset, "--out", tmp_path / "t", "--world-model", tmp_path,
+                          "--size", 64],
+        "unknown camera|not a camera|camera": [dataset, "--out", tmp_path / "t", "--world-model",
+                                               wm, "--size", 64, "--camera", "wrist"],
+        "exists": [dataset, "--out", tmp_path, "--world-model", wm, "--size", 64],
+    }
+    for want, args in cases.items():
+        res = run(*args)
+        assert res.returncode == 2, (want, res.stderr[-2000:])
+        line = res.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: ") and any(w in line for w in want.split("|")), line
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_failed_stage_leaves_no_task(dataset, tmp_path):
+    out = tmp_path / "task"
+    res = run(dataset, "--out", out, "--world-model", ROOT / "wmrl/assets/world_model",
+              "--size", 64, *TINY, "data.batch_size=0")
+    assert res.returncode == 2 and "the world model stage failed" in res.stderr
+    assert "data.batch_size=0" in res.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".task")]
+
+
+@pytest.mark.slow
+def test_one_command_makes_a_task_that_fit_runs_on(dataset, tmp_path):
+    out = tmp_path / "task"
+    res = run(dataset, "--out", out, "--world-model", ROOT / "wmrl/assets/world_model",
+              "--size", 64, *TINY)
+    assert res.returncode == 0, res.stderr[-3000:]
+    states = json.loads((out / "initial_states" / "tasks.json").read_text())
+    assert states["tasks"] == ["push the square"] * 3  # each episode's first frame
+    assert (out / "reward").is_dir() and (out / "dataset").is_dir()
+    assert (out / "world_model" / "transformer" / "config.json").is_file()
+    assert (Path(f"{out}.runs") / "world_model" / "checkpoints" / "last.ckpt").exists()
+    cmd = shlex.split(res.stdout.strip().splitlines()[-1])  # as a shell reads it
+    assert cmd[:2] == ["python", "scripts/fit.py"]
+    fit = subprocess.run([sys.executable, *cmd[1:], "trainer.max_steps=1", "logger=csv",
+                          "rollout.num_envs=8", f"hydra.run.dir={tmp_path / 'fit'}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert "step 1 | return" in fit.stdout + fit.stderr
+    config = (tmp_path / "fit" / "config.yaml").read_text()
+    assert str(out / "world_model") in config and str(out / "reward") in config
