@@ -15,6 +15,8 @@ import wmrl.bench
 # defaults, the real sizes); a bench without an entry fails test_every_bench_has_a_tiny_size
 TINY = {
     "eval": {"episodes": 2, "num_envs": 2, "max_episode_steps": 8, "image_size": 32},
+    "finetune": {"batch": 1, "steps": 1, "ranks": (4,), "image": 32, "episodes": 2, "length": 17,
+                 "stream_passes": 1},
     "lerobot": {"episodes": 2, "length": 4, "size": 32, "resize": 16, "repeats": 1},
     # one mode, the one with the fewest actors (each start imports torch and wmrl), and only
     # the run with overlap: the bench's code is the same for every mode and setting, the modes
