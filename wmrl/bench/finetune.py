@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from wmrl.bench.lerobot import FPS, _episode
+from wmrl.bench.lerobot import FPS, synthetic_episode
 from wmrl.finetune.world_model import CHUNK, CONDITION_FRAMES
 from wmrl.finetune.world_model_clips import WorldModelClipData
 from wmrl.finetune.world_model_module import WorldModelFinetune
@@ -140,7 +140,7 @@ def _run(batch, steps, warmup, ranks, image, threads, episodes, length, stream_p
         fixed = None
         for tag, written, size in (("native", image, None), ("resized", 2 * image, image)):
             root = Path(tmp) / tag
-            write_lerobot(root, (_episode(i, length, written) for i in range(episodes)), FPS)
+            write_lerobot(root, (synthetic_episode(i, length, written) for i in range(episodes)), FPS)
             clips_per_s, first = _stream(_clip_data(root, batch, size), stream_batches)
             fixed = fixed if fixed is not None else first
             name = f"finetune.clip_stream_clips_per_s.{tag}_{image}" if size is None else \

@@ -23,7 +23,7 @@ from wmrl.lerobot.writer import write_lerobot
 FPS = 10
 
 
-def _episode(i: int, length: int, size: int) -> tuple:
+def synthetic_episode(i: int, length: int, size: int) -> tuple:
     """(frames, actions, task, success, state) of synthetic episode ``i``."""
     rng = np.random.default_rng(i)
     ramp = np.linspace(0, 1, size, dtype=np.float32)
@@ -66,7 +66,7 @@ def run(episodes: int = 8, length: int = 64, size: int = 128, resize: int = 64,
             tag = version.replace(".", "_")
             root = Path(tmp) / tag
             t0 = time.perf_counter()
-            write_lerobot(root, (_episode(i, length, size) for i in range(episodes)), FPS,
+            write_lerobot(root, (synthetic_episode(i, length, size) for i in range(episodes)), FPS,
                           version=version)
             write_s = time.perf_counter() - t0
             mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2 ** 20
