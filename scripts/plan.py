@@ -15,6 +15,11 @@ there. Builds the models on the meta device (absent checkpoints: their architect
 prints a table per role and per placement and then one JSON line per figure. Formulas:
 ``wmrl/plan/`` (``wmrl/plan/__init__.py`` names the file of each part). ``+plan.headroom``,
 ``+plan.device_sizes_gb``, ``+plan.sweep_envs`` and ``+plan.prompt_tokens`` tune the report.
+
+Then the world-model fine-tune (``scripts/finetune_world_model.py strategy=world_model_shard
+trainer.precision=bf16-true``) of the same world model on the same ``trainer.devices``: full and
+LoRA (``+plan.lora_rank``, default 32), ``+plan.finetune_clips`` clips per rank (default
+``data.batch_size`` of conf/finetune_world_model.yaml), formulas in ``wmrl/plan/finetune.py``.
 """
 
 import os
@@ -27,8 +32,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from wmrl.config import ConfigError, validate  # noqa: E402
 from wmrl.plan.compose import REAL_SIZE, options_from  # noqa: E402
+from wmrl.plan.finetune import make_finetune_plan  # noqa: E402
 from wmrl.plan.memory import make_plan  # noqa: E402
-from wmrl.plan.report import format_table, json_lines  # noqa: E402
+from wmrl.plan.report import (  # noqa: E402
+    finetune_json_lines,
+    format_finetune_table,
+    format_table,
+    json_lines,
+)
 
 # no outputs/<date>/ directory and no log files for a report
 QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled",
@@ -39,13 +50,17 @@ QUIET = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disab
 def main(cfg: DictConfig) -> None:
     try:
         validate(cfg)
-        plan = make_plan(cfg, options_from(cfg))
+        options = options_from(cfg)
+        plan = make_plan(cfg, options)
+        finetune = make_finetune_plan(cfg, options)
     except (ConfigError, ValueError) as err:
         print(f"plan error: {err}", file=sys.stderr)
         sys.exit(2)
     print(format_table(plan))
     print()
-    for line in json_lines(plan):
+    print(format_finetune_table(finetune))
+    print()
+    for line in [*json_lines(plan), *finetune_json_lines(finetune)]:
         print(line)
 
 

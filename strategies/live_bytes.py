@@ -5,6 +5,7 @@ one (without allocator caching)."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -17,13 +18,16 @@ class LiveBytes(TorchDispatchMode):
     Every tensor an op returns is counted once per storage; the storage's bytes are released
     when the last tensor seen on it is garbage (``weakref.finalize``; a tensor C++ still holds
     keeps its Python object, so a storage counts while anything uses it). Works on meta
-    tensors: the peak is what eager execution would hold, without allocator caching."""
+    tensors: the peak is what eager execution would hold, without allocator caching.
+    ``ignore``: tensors whose storages are never counted (a model's parameters and buffers,
+    which views such as a Linear's transposed weight share, and autograd keeps for backward)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignore: Iterable[torch.Tensor] = ()) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
         self._storages: dict[int, list[int]] = {}  # key -> [bytes, tensors]
+        self._ignore = {t.untyped_storage()._cdata for t in ignore}
 
     def reset_peak(self) -> None:
         self.peak = self.live
@@ -42,6 +46,8 @@ class LiveBytes(TorchDispatchMode):
                 continue
             storage = t.untyped_storage()
             key = storage._cdata
+            if key in self._ignore:
+                continue
             entry = self._storages.get(key)
             if entry is None:
                 self._storages[key] = [storage.nbytes(), 1]

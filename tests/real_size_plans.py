@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 from wmrl.plan.compose import compose
+from wmrl.plan.finetune import FinetunePlan, make_finetune_plan
 from wmrl.plan.memory import MemoryPlan, PlanOptions, make_plan
 
 FAST = PlanOptions(sweep_envs=())
@@ -22,3 +23,9 @@ def plan_for(*overrides: str, options: PlanOptions = FAST) -> MemoryPlan:
 def default_plan() -> MemoryPlan:
     """``python scripts/plan.py +plan.sweep_envs=[8,64]``."""
     return plan_for(options=PlanOptions(sweep_envs=(8, 64)))
+
+
+@functools.cache
+def default_finetune_plan() -> FinetunePlan:
+    """The world-model fine-tune section of ``python scripts/plan.py``."""
+    return make_finetune_plan(compose([]), FAST)

@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from real_size_plans import default_plan
+from real_size_plans import default_finetune_plan, default_plan
 
 from wmrl.plan.report import format_table, json_lines
 
@@ -28,14 +28,15 @@ def test_table_and_json_lines():
 def test_script_prints_the_table_and_json_lines(monkeypatch, capsys):
     """``python scripts/plan.py +plan.sweep_envs=[8]`` through the script's own ``__main__``
     (the real-size defaults, Hydra's main with its quiet overrides) in this process, from the
-    repository root as ``make plan`` runs it; after ``default_plan()``, so the traces it shares
-    with that plan are already made."""
+    repository root as ``make plan`` runs it; after ``default_plan()`` and
+    ``default_finetune_plan()``, so the traces it shares with them are already made."""
     import runpy
 
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
     default_plan()
+    default_finetune_plan()
     script = os.path.join(ROOT, "scripts", "plan.py")
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "argv", [script, "+plan.sweep_envs=[8]"])
@@ -48,6 +49,9 @@ def test_script_prints_the_table_and_json_lines(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "placements: peak per device" in out
     lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    assert lines[-1]["figure"] == "setup" and lines[-1]["devices"] == 8
+    setup = next(x for x in lines if x["figure"] == "setup")
+    assert setup["devices"] == 8
+    assert "world-model fine-tune" in out  # then the fine-tune's section and figures
+    assert lines[-1]["figure"] == "finetune_setup" and lines[-1]["shard_group"] == 8
     assert [x["envs_per_actor"] for x in lines if x["figure"] == "env_actor_peak"] == [8]
     assert not os.path.exists(os.path.join(ROOT, ".hydra"))

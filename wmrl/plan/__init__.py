@@ -9,5 +9,7 @@
   and the world model's and reward's forwards traced on meta (``strategies/live_bytes.py``).
 - ``memory.py``: the plan itself: bytes per role (resident + working set) and per placement,
   and which device sizes each placement fits (``make_plan``).
-- ``report.py``: the plan as a table and as one JSON line per figure.
+- ``finetune.py``: the world-model fine-tune (``scripts/finetune_world_model.py``) per rank,
+  full and LoRA, its training step traced on meta (``make_finetune_plan``).
+- ``report.py``: the plans as tables and as one JSON line per figure.
 """

@@ -40,17 +40,35 @@ The trace counts the bytes of every tensor storage created and frees them when t
 on the storage dies (``strategies/live_bytes.py``); its peak is the working set. No KV cache:
 each step is a full forward over the latent tokens + the text and action context.
 Reward: its working set traced as above on min(B chunk, reward.batch_size) frames.
+
+World-model fine-tune, one training step at b clips, TRACED on the meta device with autograd
+(``trace_world_model_training``): the uint8 clips [b, 13, H, W, 3] to [-1, 1], the VAE encode
+(no grad; its peak is a transient), then ``FlowMatchObjective.wovr().loss`` (the DiT forward
+over all 4 latent frames, autograd keeping what backward needs) and ``loss.backward()``. The
+parameters' and buffers' storages are not counted (a Linear's saved transposed weight is the
+weight; FSDP's gathered copies are counted in ``wmrl/plan/finetune.py``), and each parameter's
+gradient is dropped as soon as it is accumulated (FSDP reduce-scatters it into the sharded
+gradient, counted there), so the trace is the activations, their gradients and the kernels'
+temporaries. On meta, SDPA would take the math path (float32 scores, s^2 per head); the trace
+runs the memory-efficient kernel's op instead (``aten._scaled_dot_product_efficient_attention``,
+which saves q, k, v, the output and the logsumexp, as CUDA's flash / efficient kernels do).
+Gradient checkpointing (diffusers' ``enable_gradient_checkpointing``: torch's non-reentrant
+checkpoint per DiT block) is traced as it runs: each block keeps its input, backward recomputes
+one block at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 from torch import nn
 
 from strategies.live_bytes import LiveBytes
+from wmrl.pixels import u8_to_unit_torch
 from wmrl.rewards.resnet import frames_to_input
+from wmrl.world_model.objective import FlowMatchObjective
 
 
 @torch.no_grad()
@@ -79,6 +97,64 @@ def trace_world_model(model: nn.Module, batch: int, height: int, width: int,
         del video
         peak = live.peak
     return {"anchor": held, "working": peak - held}
+
+
+def _efficient_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    """``F.scaled_dot_product_attention`` through the memory-efficient kernel's op, which has
+    a meta kernel (the meta device's SDPA would take the math path)."""
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
+
+
+@contextlib.contextmanager
+def efficient_sdpa():
+    """``F.scaled_dot_product_attention`` = ``_efficient_sdpa`` inside the block."""
+    sdpa = nn.functional.scaled_dot_product_attention
+    nn.functional.scaled_dot_product_attention = _efficient_sdpa
+    try:
+        yield
+    finally:
+        nn.functional.scaled_dot_product_attention = sdpa
+
+
+def _drop_grad(param: torch.Tensor) -> None:
+    param.grad = None
+
+
+def trace_world_model_training(model: nn.Module, batch: int, height: int, width: int,
+                               frames: int, condition_frames: int,
+                               action_dim: int = 7) -> dict[str, int]:
+    """Bytes of one fine-tune step of ``model`` (on meta, its trainable parameters marked) at
+    ``batch`` clips of ``frames`` frames (module docstring): ``encode`` the peak of the no-grad
+    VAE encode, ``forward`` the peak of the DiT forward with the loss (``saved``: what is still
+    live when it returns, the activations kept for backward), ``backward`` the peak of
+    ``loss.backward()``; ``working`` = the largest of the three."""
+    m = "meta"
+    hooks = [p.register_post_accumulate_grad_hook(_drop_grad)
+             for p in model.parameters() if p.requires_grad]
+    try:
+        with LiveBytes(ignore=[*model.parameters(), *model.buffers()]) as live, efficient_sdpa():
+            u8 = torch.zeros(batch, frames, height, width, 3, dtype=torch.uint8, device=m)
+            with torch.no_grad():  # as WorldModelFinetune._latents
+                latents = model.encode(u8_to_unit_torch(u8).permute(0, 4, 1, 2, 3))
+            del u8
+            encode = live.peak
+            live.reset_peak()
+            actions = torch.zeros(batch, frames, action_dim, device=m)
+            loss = FlowMatchObjective.wovr().loss(
+                model, latents, actions, model.latent_frames(condition_frames),
+                noise=torch.zeros_like(latents), timestep_ids=torch.zeros(batch, dtype=torch.long))
+            forward, saved = live.peak, live.live
+            live.reset_peak()
+            loss.backward()
+            backward = live.peak
+            del loss
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"encode": encode, "forward": forward, "saved": saved, "backward": backward,
+            "working": max(encode, forward, backward)}
 
 
 @torch.no_grad()

@@ -61,6 +61,8 @@ class PlanOptions:
     headroom: float = 0.9
     device_sizes_gb: tuple[int, ...] = (40, 80, 141)
     sweep_envs: tuple[int, ...] = (1, 8, 16, 32, 64)
+    finetune_clips: int | None = None  # world-model fine-tune: clips per rank (None: data.batch_size)
+    lora_rank: int = 32  # world-model fine-tune: the LoRA line's rank (the fork's)
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""The memory plan as text: a table per role and per placement, and one JSON line per figure."""
+"""The memory plan as text: a table per role and per placement, and one JSON line per figure;
+the world-model fine-tune's section the same way."""
 
 from __future__ import annotations
 
 import json
 
+from wmrl.plan.finetune import FinetunePlan
 from wmrl.plan.memory import GB, MemoryPlan
 
 
@@ -85,4 +87,77 @@ def json_lines(plan: MemoryPlan) -> list[str]:
                           gb=None if pl.peak is None else round(pl.peak / GB, 3),
                           binding=pl.binding, fits={str(s): f for s, f in pl.fits.items()}))
     lines.append(dict(figure="setup", **plan.header))
+    return [json.dumps(x) for x in lines]
+
+
+def format_finetune_table(ft: FinetunePlan) -> str:
+    """The world-model fine-tune section: parameters per mode, the bytes per rank item by item
+    (AdamW states in the param dtype, the plan's assumption), the traced activations, and the
+    peak per rank of each mode with checkpointing off / on and with either state dtype."""
+    h, opt = ft.header, ft.options
+    ckpt = h["configured_checkpointing"]
+    out = [
+        f"world-model fine-tune (scripts/finetune_world_model.py strategy=world_model_shard "
+        f"trainer.precision=bf16-true): FSDP2 over {h['shard_group']} ranks "
+        f"({h['wrap_classes'][0].rsplit('.', 1)[-1]} units, roots {', '.join(h['roots'])}), the "
+        f"rest replicated; {h['clips']} clip(s) of {h['frames']} frames at "
+        f"{h['height']}x{h['width']} per rank",
+        f"  assumption: parameters {h['param_dtype']} (bf16-true converts the whole module), "
+        f"AdamW m + v in the {h['adamw_state_dtype']}, master weights {h['master_weights']}; "
+        "the last column: float32 m + v and a float32 master copy",
+        f"  {'mode':<22}{'parameters':>16}{'trainable':>16}{'sharded':>16}",
+    ]
+    names = {"full": "full", "lora": f"LoRA rank {h['lora_rank']}"}
+    for mode, p in ft.params.items():
+        out.append(f"  {names[mode]:<22}{p['params']:>16,}{p['trainable']:>16,}"
+                   f"{p['sharded']:>16,}")
+    out.append(f"  per rank, checkpointing {'on' if ckpt else 'off'} (module.gradient_"
+               f"checkpointing={str(ckpt).lower()}){'GB':>24}")
+    for mode in ft.params:
+        role = ft.roles[(mode, ckpt, "param dtype")]
+        out.append(f"  {names[mode]}  ({role.note})")
+        for k, v in role.resident.items():
+            out.append(f"    {k:<54}{_gb(v)}   resident")
+        for k, v in role.working.items():
+            out.append(f"    {k:<54}{_gb(v)}   working set")
+        out.append(f"    {'peak':<54}{_gb(role.peak)}")
+    out.append("  activations traced on meta (GB): VAE encode / DiT forward (kept for backward) / "
+               "backward")
+    for (mode, on), a in ft.activations.items():
+        out.append(f"    {names[mode]:<16} checkpointing {'on ' if on else 'off'}   "
+                   f"{a['encode'] / GB:.2f} / {a['forward'] / GB:.2f} ({a['saved'] / GB:.2f}) / "
+                   f"{a['backward'] / GB:.2f}")
+    sizes = opt.device_sizes_gb
+    out += [f"  peak per rank; fits = peak <= {opt.headroom:g} x size",
+            f"    {'mode':<16}{'checkpointing':>14}{'peak GB':>9}" +
+            "".join(f"{str(s) + ' GB':>8}" for s in sizes) + f"{'fp32 m+v+master':>17}"]
+    for mode in ft.params:
+        for on in (False, True):
+            role, fits = ft.roles[(mode, on, "param dtype")], ft.fits[(mode, on, "param dtype")]
+            fp32 = ft.roles[(mode, on, "fp32")]
+            out.append(f"    {names[mode]:<16}{'on' if on else 'off':>14}{role.peak / GB:>9.2f}" +
+                       "".join(f"{('fits' if fits[s] else '-'):>8}" for s in sizes) +
+                       f"{fp32.peak / GB:>17.2f}")
+    return "\n".join(out)
+
+
+def finetune_json_lines(ft: FinetunePlan) -> list[str]:
+    """One JSON object per figure of the fine-tune plan."""
+    lines = [dict(figure="finetune_params", mode=m, **{k: v for k, v in p.items() if k != "e"})
+             for m, p in ft.params.items()]
+    for (mode, on), a in ft.activations.items():
+        lines.append(dict(figure="finetune_activations", mode=mode, checkpointing=on,
+                          clips=ft.header["clips"], **{k: int(v) for k, v in a.items()},
+                          gb=round(a["working"] / GB, 3)))
+    for (mode, on, states), role in ft.roles.items():
+        if states == "param dtype":
+            for kind, items in (("resident", role.resident), ("working", role.working)):
+                lines += [dict(figure="finetune_bytes", mode=mode, checkpointing=on, item=k,
+                               kind=kind, bytes=int(v), gb=round(v / GB, 3))
+                          for k, v in items.items()]
+        lines.append(dict(figure="finetune_peak", mode=mode, checkpointing=on,
+                          adamw_states=states, bytes=int(role.peak),
+                          gb=round(role.peak / GB, 3),
+                          fits={str(s): f for s, f in ft.fits[(mode, on, states)].items()}))
+    lines.append(dict(figure="finetune_setup", **ft.header))
     return [json.dumps(x) for x in lines]
