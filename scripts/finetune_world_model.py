@@ -62,6 +62,8 @@ def run(cfg: DictConfig):
                         plugins=[AtomicCheckpointIO()], default_root_dir=cfg.run_dir,
                         **to_container(cfg.trainer))
     try:
+        if cfg.validate_first and cfg.ckpt_path is None:  # the starting model's held-out figures
+            trainer.validate(module, datamodule=data, verbose=False)
         trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path, weights_only=True)
     except BaseException as err:  # preempted: last.ckpt holds the last step, exit 143
         if not trainer.received_sigterm:
