@@ -244,3 +244,34 @@ def test_lora_finetune_sharded_over_two_ranks_resumes(assets, tmp_path):
     assert steps == [0, 1, 2, 3]  # rank 0 logs; the resumed run went on at step 3
     assert any(r.get("val/psnr") for r in metrics(run))
     ActionWanModel.from_pretrained(tmp_path / "c")
+
+
+def test_finetune_starts_from_an_imported_wovr_checkpoint(tmp_path):
+    """The fork's tiny DiT imported (scripts/import_rlinf.py's import_dit) + a VAE: a LoRA
+    fine-tune step under WoVR's objective moves it, and the export loads."""
+    from diffusers import AutoencoderKLWan
+
+    from wmrl.pipeline.rlinf.dit import import_dit
+
+    fixtures = ROOT / "tests" / "fixtures" / "rlinf"
+    import_dit([fixtures / "rlinf_dit_tiny.safetensors"], tmp_path / "wm", num_heads=2,
+               text_dim=16)
+    torch.manual_seed(0)
+    AutoencoderKLWan(base_dim=8, z_dim=8, dim_mult=[1, 2, 2], num_res_blocks=1,
+                     temperal_downsample=[True, True], scale_factor_spatial=4,
+                     latents_mean=[0.0] * 8, latents_std=[1.0] * 8,
+                     ).save_pretrained(tmp_path / "wm" / "vae")  # 13 frames -> 4 latents
+    module = WorldModelFinetune({"path": str(tmp_path / "wm")}, lora={"rank": 4}, lr=1e-2)
+    module.configure_model()
+    g = torch.Generator().manual_seed(0)
+    batch = {"frames": torch.randint(0, 256, (2, 13, 32, 32, 3), generator=g, dtype=torch.uint8),
+             "actions": torch.rand(2, 13, 7, generator=g) * 2 - 1}
+    opt = module.make_optimizer()
+    before = {n: p.detach().clone() for n, p in module.trainable_parameters().items()}
+    loss = module.latent_loss(module._latents(batch["frames"]), batch["actions"], g)
+    loss.backward()
+    opt.step()
+    moved = [n for n, p in module.trainable_parameters().items() if not torch.equal(p, before[n])]
+    assert any("lora_B" in n for n in moved) and any(n.startswith("model.action.") for n in moved)
+    module.export(tmp_path / "out")
+    assert ActionWanModel.from_pretrained(tmp_path / "out").transformer.config.num_layers == 2
