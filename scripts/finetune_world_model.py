@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import wmrl.build  # noqa: E402,F401  (registers ${wmrl_assets:})
 from wmrl.config import ConfigError, resolve_ckpt_path  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
 
 
 def run(cfg: DictConfig):
@@ -76,13 +77,7 @@ def run(cfg: DictConfig):
 
 @hydra.main(config_path="../conf", config_name="finetune_world_model", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except ConfigError as err:
-        if os.environ.get("WMRL_FULL_ERROR") == "1":
-            raise
-        print(f"config error: {err} (WMRL_FULL_ERROR=1 shows the trace)", file=sys.stderr)
-        sys.exit(2)
+    exit_on_config_error(run, cfg)
 
 
 if __name__ == "__main__":

@@ -14,24 +14,23 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from wmrl.config import ConfigError, check_paths, resolve_ckpt_path, validate  # noqa: E402
+from wmrl.config import check_paths, resolve_ckpt_path, validate  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
+
+
+def checked_fit(cfg: DictConfig) -> None:
+    # the checks before Lightning and the trainer load (~10 s): a bad setting or a damaged
+    # asset is one line and exit 2 within seconds (fit checks again, at no cost)
+    validate(resolve_ckpt_path(cfg))
+    check_paths(cfg)
+    from wmrl.fit import fit
+
+    fit(cfg)
 
 
 @hydra.main(config_path="../conf", config_name="fit", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
-        # the checks before Lightning and the trainer load (~10 s): a bad setting or a
-        # damaged asset is one line and exit 2 within seconds (fit checks again, at no cost)
-        validate(resolve_ckpt_path(cfg))
-        check_paths(cfg)
-        from wmrl.fit import fit
-
-        fit(cfg)
-    except ConfigError as err:
-        if os.environ.get("WMRL_FULL_ERROR") == "1":
-            raise
-        print(f"config error: {err} (WMRL_FULL_ERROR=1 shows the trace)", file=sys.stderr)
-        sys.exit(2)
+    exit_on_config_error(checked_fit, cfg)
 
 
 if __name__ == "__main__":

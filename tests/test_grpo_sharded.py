@@ -3,8 +3,6 @@ rank driving its own rollout actor on one shared Ray cluster."""
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,37 +10,18 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.two_ranks import launch_two_ranks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = Path(HERE).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(out_dir, ray_local, *args) -> list[dict]:
-    """``sharded_fit.py`` on 2 ranks started at once, as a cluster's launcher (torchrun,
-    SLURM) starts them: Lightning's own re-launch of the script for rank 1 would wait for
-    rank 0's imports first (that launcher: tests/test_grpo_multirank.py). Each rank's summary."""
+    """``sharded_fit.py`` on 2 ranks started at once (tests/two_ranks.py; Lightning's own
+    re-launch: tests/test_grpo_multirank.py), one Ray cluster. Each rank's summary."""
     address = ray_local.get_runtime_context().gcs_address
-    env = dict(os.environ, WMRL_TEST_RAY_ADDRESS=address, OMP_NUM_THREADS="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
-               NODE_RANK="0")
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "sharded_fit.py"),
-                               str(out_dir), *map(str, args)], env=dict(env, LOCAL_RANK=str(r)),
-                              cwd=out_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-             for r in (0, 1)]
-    try:
-        outs = [p.communicate(timeout=400)[0] for p in procs]
-    finally:
-        for p in procs:  # one rank failing leaves the other waiting in a collective
-            if p.poll() is None:
-                p.kill()
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
+    launch_two_ranks([sys.executable, os.path.join(HERE, "sharded_fit.py"), out_dir, *args],
+                     cwd=out_dir, env={"WMRL_TEST_RAY_ADDRESS": address})
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 

@@ -1,6 +1,8 @@
 """Tiny real models shared by tests in several folders (apart from toys.py, which the Ray
 actors import: this one loads diffusers)."""
 
+import numpy as np
+
 from wmrl.world_model.action_wan import ActionWanModel
 
 
@@ -22,3 +24,19 @@ def tiny_world_model_config() -> dict:
                 "is_residual": True, "patch_size": 2, "scale_factor_spatial": 8,
                 "latents_mean": [0.0] * 16, "latents_std": [1.0] * 16},
         "action": {"action_dim": 7, "actions_per_latent": 4, "num_text_tokens": 1}}
+
+
+def pushed_square(i: int, T: int, size: int = 32, successes: int = 0):
+    """A LeRobot-writer episode (frames, actions, task, success, state) of T rows: a red
+    square (size / 5 wide) on grey, pushed by the first two action values (size / 16 px per
+    unit): the frames follow the actions. The last ``successes`` rows record success."""
+    rng = np.random.default_rng(i)
+    actions = rng.uniform(-1, 1, size=(T, 7)).astype(np.float32)
+    frames = np.full((T, size, size, 3), 30, np.uint8)
+    side, pos = size // 5, np.full(2, (size - size // 5) / 2)
+    for t in range(T):
+        y, x = np.clip(pos, 0, size - side).astype(int)
+        frames[t, y:y + side, x:x + side] = (220, 60, 60)
+        pos += size / 16 * actions[t, :2]
+    success = np.arange(T) >= T - successes if successes else None
+    return frames, actions, "push the square", success, None

@@ -1,5 +1,8 @@
-"""The error a bad setting raises, and the checks that raise it (a leaf: every module may
-import it)."""
+"""The error a bad setting raises, the checks that raise it, and how a script reports it (a
+leaf: every module may import it)."""
+
+import os
+import sys
 
 
 class ConfigError(ValueError):
@@ -25,3 +28,15 @@ def require_positive(prefix: str, obj: object, *names: str, allow_zero: bool = F
 def require_choice(key: str, value: object, choices: tuple[str, ...] | list[str]) -> None:
     """``value`` is one of ``choices`` (the tuple the code defines)."""
     require(key, value, value in choices, f"one of {list(choices)}")
+
+
+def exit_on_config_error(run, *args, **kwargs):
+    """``run(*args, **kwargs)``; a ``ConfigError`` is one line on stderr and exit code 2, before
+    anything long starts (``WMRL_FULL_ERROR=1`` re-raises it with the trace)."""
+    try:
+        return run(*args, **kwargs)
+    except ConfigError as err:
+        if os.environ.get("WMRL_FULL_ERROR") == "1":
+            raise
+        print(f"config error: {err} (WMRL_FULL_ERROR=1 shows the trace)", file=sys.stderr)
+        sys.exit(2)

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from tests.tiny_models import pushed_square
 from wmrl.lerobot.writer import write_lerobot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,23 +20,10 @@ TINY = ["--reward-set", "steps=3", "batch_size=8", "--world-model-set", "trainer
         "trainer.val_check_interval=2", "module.num_inference_steps=1", "logger=csv"]
 
 
-def pushed_square(i: int, T: int = 17):
-    """64x64 frames of a square pushed by the first two action values; the last 3 succeed."""
-    rng = np.random.default_rng(i)
-    actions = rng.uniform(-1, 1, size=(T, 7)).astype(np.float32)
-    frames = np.full((T, 64, 64, 3), 30, np.uint8)
-    pos = np.array([26.0, 26.0])
-    for t in range(T):
-        y, x = np.clip(pos, 0, 52).astype(int)
-        frames[t, y:y + 12, x:x + 12] = (220, 60, 60)
-        pos += 3 * actions[t, :2]
-    return frames, actions, "push the square", np.arange(T) >= T - 3, None
-
-
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("lerobot") / "ds"
-    write_lerobot(root, (pushed_square(i) for i in range(3)), fps=10)
+    write_lerobot(root, (pushed_square(i, 17, 64, successes=3) for i in range(3)), fps=10)
     return root
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from tests.tiny_models import tiny_world_model
+from tests.tiny_models import pushed_square, tiny_world_model
+from tests.two_ranks import launch_two_ranks
 from wmrl.errors import ConfigError
 from wmrl.finetune.world_model_clips import WorldModelClipData
 from wmrl.finetune.world_model_module import WorldModelFinetune
@@ -23,24 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = (17, 9, 12, 17)  # frames (= rows); T - 1 actions with a recorded outcome
 
 
-def moving_square(i: int, T: int):
-    """A 6x6 square moved by the first two action values: frames follow the actions."""
-    rng = np.random.default_rng(i)
-    actions = rng.uniform(-1, 1, size=(T, 7)).astype(np.float32)
-    frames = np.full((T, 32, 32, 3), 30, np.uint8)
-    pos = np.array([13.0, 13.0])
-    for t in range(T):
-        y, x = np.clip(pos, 0, 26).astype(int)
-        frames[t, y:y + 6, x:x + 6] = (220, 60, 60)
-        pos += 2 * actions[t, :2]
-    return frames, actions, "push the square", None, None
-
-
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft")
     tiny_world_model().save_pretrained(root / "wm")
-    write_lerobot(root / "ds", (moving_square(i, T) for i, T in enumerate(LENGTHS)), fps=10)
+    write_lerobot(root / "ds", (pushed_square(i, T) for i, T in enumerate(LENGTHS)), fps=10)
     return root
 
 
@@ -193,29 +181,10 @@ def test_bad_settings_fail_before_the_model_loads(assets):
         WorldModelFinetune({"path": "x"}, objective={"preset": "wovr", "sigma": 1})
 
 
-def launch_two_ranks(cwd: Path, *overrides: str) -> None:
-    """scripts/finetune_world_model.py on 2 CPU ranks started at once (as torchrun would)."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               WORLD_SIZE="2", NODE_RANK="0")
-    cmd = [sys.executable, str(ROOT / "scripts" / "finetune_world_model.py"), *overrides]
-    procs = [subprocess.Popen(cmd, env=dict(env, LOCAL_RANK=str(r)), cwd=cwd, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]
-    try:
-        outs = [p.communicate(timeout=300)[0] for p in procs]
-    finally:
-        for p in procs:  # one rank failing leaves the other waiting in a collective
-            if p.poll() is None:
-                p.kill()
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
+def finetune_two_ranks(cwd: Path, *overrides: str) -> None:
+    """scripts/finetune_world_model.py on 2 CPU ranks started at once (tests/two_ranks.py)."""
+    launch_two_ranks([sys.executable, ROOT / "scripts" / "finetune_world_model.py", *overrides],
+                     cwd=cwd, timeout=300)
 
 
 @pytest.mark.slow
@@ -230,15 +199,15 @@ def test_lora_finetune_sharded_over_two_ranks_resumes(assets, tmp_path):
               "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
               "module.num_inference_steps=2", "+lora.rank=4", "strategy=world_model_shard",
               "trainer.devices=2", f"hydra.run.dir={run}"]
-    launch_two_ranks(tmp_path, *common, "trainer.max_steps=3", f"out_dir={tmp_path / 'a'}")
+    finetune_two_ranks(tmp_path, *common, "trainer.max_steps=3", f"out_dir={tmp_path / 'a'}")
     last = run / "checkpoints" / "last.ckpt"
     assert (last / ".metadata").is_file()  # sharded: one DCP folder
     keys = set(load_full_state_dict(last))
     assert keys and all("lora_" in k or k.startswith("model.action.") for k in keys)
-    launch_two_ranks(tmp_path, *common, "trainer.max_steps=3", "ckpt_path=last",
+    finetune_two_ranks(tmp_path, *common, "trainer.max_steps=3", "ckpt_path=last",
                      f"out_dir={tmp_path / 'b'}")
     assert_same_weights(tmp_path / "a", tmp_path / "b")
-    launch_two_ranks(tmp_path, *common, "trainer.max_steps=4", "ckpt_path=last",
+    finetune_two_ranks(tmp_path, *common, "trainer.max_steps=4", "ckpt_path=last",
                      f"out_dir={tmp_path / 'c'}")
     steps = [int(r["step"]) for r in metrics(run) if r.get("train/loss")]
     assert steps == [0, 1, 2, 3]  # rank 0 logs; the resumed run went on at step 3

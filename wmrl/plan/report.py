@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 
 from wmrl.plan.finetune import FinetunePlan
-from wmrl.plan.memory import GB, MemoryPlan
+from wmrl.plan.memory import GB, MemoryPlan, Role
 
 
 def _gb(n: int | float) -> str:
     return f"{n / GB:8.2f}"
+
+
+def role_rows(role: Role, title: str | None = None) -> list[str]:
+    """A role's lines: its items (resident, then working set) and its peak, in GB."""
+    out = [f"  {title or role.name}  ({role.note})"]
+    out += [f"    {k:<54}{_gb(v)}   resident" for k, v in role.resident.items()]
+    out += [f"    {k:<54}{_gb(v)}   working set" for k, v in role.working.items()]
+    return out + [f"    {'peak':<54}{_gb(role.peak)}"]
 
 
 def format_table(plan: MemoryPlan) -> str:
@@ -35,13 +43,7 @@ def format_table(plan: MemoryPlan) -> str:
     out += ["", f"per role, per device{'GB':>48}"]
 
     def rows(key: str) -> None:
-        role = ro[key]
-        out.append(f"  {role.name}  ({role.note})")
-        for k, v in role.resident.items():
-            out.append(f"    {k:<54}{_gb(v)}   resident")
-        for k, v in role.working.items():
-            out.append(f"    {k:<54}{_gb(v)}   working set")
-        out.append(f"    {'peak':<54}{_gb(role.peak)}")
+        out.extend(role_rows(ro[key]))
 
     rows("trainer")
     for state in ("on", "off"):
@@ -114,13 +116,7 @@ def format_finetune_table(ft: FinetunePlan) -> str:
     out.append(f"  per rank, checkpointing {'on' if ckpt else 'off'} (module.gradient_"
                f"checkpointing={str(ckpt).lower()}){'GB':>24}")
     for mode in ft.params:
-        role = ft.roles[(mode, ckpt, "param dtype")]
-        out.append(f"  {names[mode]}  ({role.note})")
-        for k, v in role.resident.items():
-            out.append(f"    {k:<54}{_gb(v)}   resident")
-        for k, v in role.working.items():
-            out.append(f"    {k:<54}{_gb(v)}   working set")
-        out.append(f"    {'peak':<54}{_gb(role.peak)}")
+        out.extend(role_rows(ft.roles[(mode, ckpt, "param dtype")], names[mode]))
     out.append("  activations traced on meta (GB): VAE encode / DiT forward (kept for backward) / "
                "backward")
     for (mode, on), a in ft.activations.items():
