@@ -10,18 +10,50 @@ cross-attention context), with ``--vae`` ``<out>/vae/`` (diffusers ``Autoencoder
 the original Wan2.2 ``.pth``, loaded weights-only) and with ``--dataset`` ``<out>/initial_states/``
 (the reset data, KIR context for every state, in the order RLinf's reader takes the files). The logic is ``wmrl.pipeline.rlinf`` (one module per artifact); the release's format is
 described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
+
+Every input is checked before anything is converted, and ``--out`` is written whole or not at
+all; a refusal is one line on stderr (at most 300 characters; ``WMRL_FULL_ERROR=1`` raises the
+whole error) and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pickle
 import sys
+from pathlib import Path
 
-from wmrl.pipeline.rlinf.common import ImportRefused
-from wmrl.pipeline.rlinf.dit import import_dit
-from wmrl.pipeline.rlinf.reset_data import import_reset_data
-from wmrl.pipeline.rlinf.vae import import_vae
+from wmrl.atomic import atomic_dir
+from wmrl.pipeline.rlinf.common import ImportRefused, one_line
+from wmrl.pipeline.rlinf.dit import read_dit, write_dit
+from wmrl.pipeline.rlinf.reset_data import read_reset_data, write_reset_data
+from wmrl.pipeline.rlinf.vae import read_vae, write_vae
+
+
+def run(a: argparse.Namespace) -> dict:
+    """Check every input first (the DiT's headers, the VAE's key table through the
+    weights-only unpickler, every dataset file through the restricted one), then write the
+    whole output into a temporary directory that becomes ``--out`` only when every part is
+    written: a refusal or a crash leaves ``--out`` as it was."""
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise ImportRefused(f"--out {str(out)!r} is a file: give a directory to write (an "
+                            "existing one is replaced once the import succeeds)")
+    dit = read_dit(a.dit, num_heads=a.num_heads, text_dim=a.text_dim)
+    vae = read_vae(a.vae) if a.vae else None
+    reset = read_reset_data(a.dataset, enable_kir=not a.no_kir) if a.dataset else None
+    shard = int(a.shard_gb * (1 << 30))
+    with atomic_dir(out) as tmp:
+        info = write_dit(dit, tmp, shard_bytes=shard)
+        if vae is not None:
+            info.update(write_vae(vae, tmp, shard_bytes=shard))
+        if reset is not None:
+            info.update(write_reset_data(reset, tmp))
+    if reset is not None:  # the path it has now
+        info["initial_states"] = str(out / "initial_states")
+    return info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,15 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-gb", type=float, default=2.0, help="output shard size in GiB")
     a = p.parse_args(argv)
     try:
-        shard = int(a.shard_gb * (1 << 30))
-        info = import_dit(a.dit, a.out, num_heads=a.num_heads, text_dim=a.text_dim,
-                          shard_bytes=shard)
-        if a.vae:
-            info.update(import_vae(a.vae, a.out, shard_bytes=shard))
-        if a.dataset:
-            info.update(import_reset_data(a.dataset, a.out, enable_kir=not a.no_kir))
-    except (ImportRefused, FileNotFoundError) as err:
-        print(f"import_rlinf: {err}", file=sys.stderr)
+        info = run(a)
+    except (ImportRefused, OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
+        if os.environ.get("WMRL_FULL_ERROR") == "1":
+            raise
+        print(f"import_rlinf: {one_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(info))
     return 0

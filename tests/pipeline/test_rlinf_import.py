@@ -330,3 +330,59 @@ class Evil:
         import os
 
         return (os.system, ("echo pwned",))
+
+
+# ---- the script: every input checked first, the output whole or not at all -------------------
+class _Hostile:
+    """Unpickling this runs a command: what a weights-only loader must refuse."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def _import_main(capsys, *args) -> tuple[int, list[str]]:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from import_rlinf import main
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    rc = main([str(a) for a in args])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tmp_path, capsys):
+    dit = tmp_path / "model-00001.safetensors"
+    save_file(release_dit(), str(dit))
+    base = ["--dit", dit, "--num-heads", HEADS, "--text-dim", 8]
+    hostile = tmp_path / "Wan2.2_VAE.pth"
+    torch.save({"encoder.conv1.weight": _Hostile(tmp_path / "pwned")}, hostile)
+    npy_dir = tmp_path / "dataset"
+    npy_dir.mkdir()
+    np.save(npy_dir / "traj0.npy", np.arange(5))  # not a trajectory of per-frame dicts
+    (tmp_path / "a_file").write_text("x")
+    out = tmp_path / "wm"
+    cases = [([*base, "--vae", hostile, "--out", out], "not a weights-only torch checkpoint"),
+             ([*base, "--dataset", npy_dir, "--out", out], "per-frame dicts"),
+             ([*base, "--out", tmp_path / "a_file"], "is a file")]
+    for args, want in cases:
+        rc, err = _import_main(capsys, *args)
+        assert rc == 2 and len(err) == 1 and want in err[0], err
+        assert len(err[0]) <= len("import_rlinf: ") + 300
+    assert not (tmp_path / "pwned").exists()  # the hostile pickle never ran
+    assert not out.exists()  # nothing converted: the DiT was fine but a later input was not
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["model-00001.safetensors", "Wan2.2_VAE.pth", "dataset", "a_file"])  # no temp dirs
+    # an existing --out stays as it was when a later input is refused, and is replaced whole
+    # when the import succeeds
+    out.mkdir()
+    (out / "old.txt").write_text("kept")
+    rc, err = _import_main(capsys, *base, "--vae", hostile, "--out", out)
+    assert rc == 2 and (out / "old.txt").read_text() == "kept"
+    rc, _ = _import_main(capsys, *base, "--out", out)
+    assert rc == 0 and not (out / "old.txt").exists()
+    assert (out / "transformer" / "config.json").is_file()

@@ -249,12 +249,26 @@ def plan_dit(shapes: dict[str, tuple[int, ...]], num_heads: int | None = None,
             "total_params": sum(math.prod(v) for v in got.values())}
 
 
+def read_dit(paths: Sequence[str | Path], num_heads: int | None = None,
+             text_dim: int | None = None) -> tuple[SourceTensors, dict]:
+    """The release's DiT file(s) checked from their headers alone (whole safetensors files,
+    every key known, shapes that plan to a diffusers config): (source, plan)."""
+    src = SourceTensors(paths)
+    return src, plan_dit(src.shapes, num_heads, text_dim,
+                         where=f"--dit {[str(p) for p in src.paths]}")
+
+
 def import_dit(paths: Sequence[str | Path], out: str | Path, num_heads: int | None = None,
                text_dim: int | None = None, shard_bytes: int = 2 << 30) -> dict:
+    """``read_dit`` then ``write_dit``."""
+    return write_dit(read_dit(paths, num_heads, text_dim), out, shard_bytes)
+
+
+def write_dit(source: tuple[SourceTensors, dict], out: str | Path,
+              shard_bytes: int = 2 << 30) -> dict:
     """``transformer/`` (diffusers, sharded safetensors + index) and ``action/`` under ``out``
-    from the release's DiT file(s). Returns {transformer config, action config, counts}."""
-    src = SourceTensors(paths)
-    plan = plan_dit(src.shapes, num_heads, text_dim, where=f"--dit {[str(p) for p in src.paths]}")
+    from what ``read_dit`` returned. Returns {transformer config, action config, counts}."""
+    src, plan = source
     cfg, acfg, names, zeros = plan["transformer"], plan["action"], plan["names"], plan["zeros"]
     dit_keys = list(names)
     action_keys = [k for k in src.keys() if k.startswith(ACTION_PREFIXES)]

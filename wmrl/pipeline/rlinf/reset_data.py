@@ -4,6 +4,7 @@ wmrl's initial-states format (first frames, tasks, KIR context)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,14 +44,26 @@ def _frame_task(frame: dict, path: Path) -> str:
     raise ImportRefused(f"{path} frame 0: no 'instruction' or 'task' (keys {sorted(frame)})")
 
 
-def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = True,
-                      context_frames: int = 4) -> dict:
-    """``<out>/initial_states/`` (wmrl's format, with KIR context for every state) from the
-    release's ``dataset/``, state i = the i-th file in the order RLinf's reader takes them
-    (sorted names; ``*_kir*`` files only with ``enable_kir``). As RLinf's WanEnv resets: the
-    anchor is frame 0; a file with at least ``context_frames`` frames starts from its last
-    ``context_frames`` frames and their ``delta_action``s (KIR), a shorter one from frame 0
-    repeated with the env's reset actions (zeros, gripper open: ``OPEN_GRIPPER``)."""
+@dataclass
+class ResetData:
+    """What ``read_reset_data`` found: per state its anchor frame, task, 4 context frames and
+    their actions, and the file it came from."""
+    files: list[str]
+    anchors: np.ndarray
+    tasks: list[str]
+    context_frames: np.ndarray
+    context_actions: np.ndarray
+    kir_states: int
+
+
+def read_reset_data(dataset: str | Path, enable_kir: bool = True,
+                    context_frames: int = 4) -> ResetData:
+    """The release's ``dataset/`` read and checked (every file through the restricted
+    unpickler), state i = the i-th file in the order RLinf's reader takes them (sorted names;
+    ``*_kir*`` files only with ``enable_kir``). As RLinf's WanEnv resets: the anchor is frame 0;
+    a file with at least ``context_frames`` frames starts from its last ``context_frames``
+    frames and their ``delta_action``s (KIR), a shorter one from frame 0 repeated with the
+    env's reset actions (zeros, gripper open: ``OPEN_GRIPPER``)."""
     root = Path(dataset)
     if not root.is_dir():
         raise FileNotFoundError(f"--dataset {str(root)!r}: no such directory")
@@ -81,8 +94,21 @@ def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = T
         tasks.append(_frame_task(traj[0], path))
         ctx_frames.append(ctx)
         ctx_actions.append(acts)
-    dest = write_initial_states(Path(out) / "initial_states", np.stack(anchors), tasks,
-                                np.stack(ctx_frames), np.stack(ctx_actions))
-    write_text(dest / "sources.json", json.dumps([p.name for p in files], indent=1))
-    return {"initial_states": str(dest), "states": len(files), "kir_states": kir,
-            "tasks": sorted(set(tasks)), "image": list(anchors[0].shape)}
+    return ResetData([p.name for p in files], np.stack(anchors), tasks, np.stack(ctx_frames),
+                     np.stack(ctx_actions), kir)
+
+
+def write_reset_data(data: ResetData, out: str | Path) -> dict:
+    """``<out>/initial_states/`` (wmrl's format, with KIR context for every state)."""
+    dest = write_initial_states(Path(out) / "initial_states", data.anchors, data.tasks,
+                                data.context_frames, data.context_actions)
+    write_text(dest / "sources.json", json.dumps(data.files, indent=1))
+    return {"initial_states": str(dest), "states": len(data.files),
+            "kir_states": data.kir_states, "tasks": sorted(set(data.tasks)),
+            "image": list(data.anchors[0].shape)}
+
+
+def import_reset_data(dataset: str | Path, out: str | Path, enable_kir: bool = True,
+                      context_frames: int = 4) -> dict:
+    """``read_reset_data`` then ``write_reset_data``."""
+    return write_reset_data(read_reset_data(dataset, enable_kir, context_frames), out)

@@ -107,11 +107,12 @@ def vae_config(shapes: dict[str, tuple[int, ...]], latents_mean=None, latents_st
             "latents_std": [float(v) for v in latents_std]}
 
 
-def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std=None,
-               shard_bytes: int = 2 << 30) -> dict:
-    """``<out>/vae/`` (diffusers ``AutoencoderKLWan``) from the original Wan2.2 VAE ``.pth`` (a
-    flat state dict, or one under ``model_state``), loaded with ``weights_only=True`` and
-    memory-mapped. Every key and shape is checked against a meta-device model."""
+def read_vae(path: str | Path, latents_mean=None, latents_std=None
+             ) -> tuple[dict[str, torch.Tensor], dict[str, str], dict]:
+    """The original Wan2.2 VAE ``.pth`` (a flat state dict, or one under ``model_state``),
+    loaded with ``weights_only=True`` and memory-mapped (no tensor data read), checked key by
+    key and shape by shape against a meta-device ``AutoencoderKLWan``: (state, diffusers name
+    per key, config). Refuses before anything is written."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--vae {str(path)!r}: no such file")
@@ -119,7 +120,8 @@ def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std
         state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # noqa: BLE001 - a pickle that is not plain tensors, or not a zip
         raise ImportRefused(f"--vae {str(path)!r}: not a weights-only torch checkpoint "
-                            f"({type(err).__name__}: {str(err).splitlines()[0]})") from None
+                            f"({type(err).__name__}: {str(err).strip().splitlines()[0]})"
+                            ) from None
     if isinstance(state, dict) and isinstance(state.get("model_state"), dict):
         state = state["model_state"]
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
@@ -136,11 +138,24 @@ def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std
     from diffusers import AutoencoderKLWan
 
     check_fits({names[k]: shapes[k] for k in state}, meta_shapes(AutoencoderKLWan, cfg),
-                f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} latent "
-                "channels)")
+               f"--vae {str(path)!r} does not fit AutoencoderKLWan({cfg['z_dim']} latent "
+               "channels)")
+    return state, names, cfg
+
+
+def write_vae(source: tuple[dict[str, torch.Tensor], dict[str, str], dict], out: str | Path,
+              shard_bytes: int = 2 << 30) -> dict:
+    """``<out>/vae/`` (diffusers ``AutoencoderKLWan``) from what ``read_vae`` returned."""
+    state, names, cfg = source
     with atomic_dir(Path(out) / "vae") as vdir:
         items = ((names[k], state[k]) for k in sorted(state))
         total, _ = write_sharded(vdir, progress(items, len(state), "[import] vae"), shard_bytes,
                                  stem=DIFFUSERS_STEM, of_total=False)
         (vdir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"vae": cfg, "vae_tensors": len(state), "bytes": total}
+
+
+def import_vae(path: str | Path, out: str | Path, latents_mean=None, latents_std=None,
+               shard_bytes: int = 2 << 30) -> dict:
+    """``read_vae`` then ``write_vae``."""
+    return write_vae(read_vae(path, latents_mean, latents_std), out, shard_bytes)
