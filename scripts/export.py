@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wmrl.errors import ConfigError  # noqa: E402
+from wmrl.errors import ConfigError, one_line  # noqa: E402
 from wmrl.pipeline.export import export_policy, export_world_model  # noqa: E402
 
 
@@ -38,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         export = export_world_model if args.world_model else export_policy
         print(json.dumps(export(args.ckpt, args.out, args.source)))
     except ConfigError as err:
-        print(f"export: {err}", file=sys.stderr)
+        if os.environ.get("WMRL_FULL_ERROR") == "1":
+            raise
+        print(f"export: {one_line(err)}", file=sys.stderr)
         return 2
     return 0
 

@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from wmrl.atomic import atomic_dir
-from wmrl.pipeline.rlinf.common import ImportRefused, one_line
+from wmrl.errors import one_line
+from wmrl.pipeline.rlinf.common import ImportRefused
 from wmrl.pipeline.rlinf.dit import read_dit, write_dit
 from wmrl.pipeline.rlinf.reset_data import read_reset_data, write_reset_data
 from wmrl.pipeline.rlinf.vae import read_vae, write_vae

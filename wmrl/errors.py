@@ -40,3 +40,10 @@ def exit_on_config_error(run, *args, **kwargs):
             raise
         print(f"config error: {err} (WMRL_FULL_ERROR=1 shows the trace)", file=sys.stderr)
         sys.exit(2)
+
+
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """An error as one line of at most ``limit`` characters: its first line (a library's
+    paragraphs cut to their first), shortened with "..." (the whole text: WMRL_FULL_ERROR=1)."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0].strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."

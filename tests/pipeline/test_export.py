@@ -124,5 +124,13 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
     fit_checkpoint(tmp_path / "last.ckpt", source)
     res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full")
     assert res.returncode == 2 and "exists and is not empty" in res.stderr
+    res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full" / "x")
+    assert res.returncode == 2 and "is a file" in res.stderr
+    cut = tmp_path / "cut.ckpt"  # a checkpoint cut short in a copy: one line, no traceback
+    cut.write_bytes((tmp_path / "last.ckpt").read_bytes()[:4000])
+    res = export(cut, "--out", tmp_path / "o")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and len(lines[0]) <= len("export: ") + 300
+    assert "checkpoint" in lines[0] and not (tmp_path / "o").exists()
     assert json.loads(export(tmp_path / "last.ckpt", "--out", tmp_path / "o").stdout)[
         "source"] == str(source)

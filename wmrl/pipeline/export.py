@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from safetensors.torch import save_file
 from strategies.checkpoint import load_full_state_dict
 from wmrl.atomic import atomic_dir
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
-from wmrl.errors import ConfigError
+from wmrl.errors import ConfigError, one_line
 from wmrl.safetensors_shards import INDEX_NAME
 from wmrl.stats import rate_with_interval
 from wmrl.world_model.action_wan import ActionWanModel
@@ -56,14 +57,20 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path} does not exist: pass a checkpoint that scripts/fit.py wrote "
                           "(<run_dir>/checkpoints/last.ckpt)")
     read_checkpoint_meta(path, "checkpoint")  # the fit's own check: a Lightning file or folder
-    if os.path.isdir(path):
-        full = torch.load(os.path.join(path, DCP_META), map_location="cpu", weights_only=True)
-        return {**full, "state_dict": load_full_state_dict(path)}
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        if os.path.isdir(path):
+            full = torch.load(os.path.join(path, DCP_META), map_location="cpu", weights_only=True)
+            return {**full, "state_dict": load_full_state_dict(path)}
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError) as err:
+        raise ConfigError(f"{path} is not a readable checkpoint ({type(err).__name__}: "
+                          f"{one_line(err, 200)}): pass one that scripts/fit.py wrote") from None
 
 
 def check_out(out: str) -> None:
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"--out {out} is a file: give a new (or empty) directory")
+    if os.path.isdir(out) and os.listdir(out):
         raise ConfigError(f"--out {out} exists and is not empty: choose a new directory")
 
 

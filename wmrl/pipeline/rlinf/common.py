@@ -14,13 +14,6 @@ class ImportRefused(ValueError):
     """The source is not what the importer expects; the message names the file and the keys."""
 
 
-def one_line(err: BaseException, limit: int = 300) -> str:
-    """An error as one line of at most ``limit`` characters: its first line (a library's
-    paragraphs cut to their first), shortened with "..." (the whole text: WMRL_FULL_ERROR=1)."""
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0].strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def meta_shapes(cls, cfg: dict) -> dict[str, tuple[int, ...]]:
     """The state-dict shapes of ``cls(**cfg)`` built on the meta device (no memory)."""
     with torch.device("meta"):
