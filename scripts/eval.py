@@ -29,8 +29,9 @@ if str(ROOT) not in sys.path:
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.config import ConfigError  # noqa: E402
-from wmrl.eval.evaluate import evaluate_eval_config, mixed_group_fraction, save_gif  # noqa: E402
+from wmrl.eval.evaluate import evaluate_eval_config, mixed_group_fraction  # noqa: E402
 from wmrl.stats import wilson  # noqa: E402
+from wmrl.videos import save_gif  # noqa: E402
 
 
 def run(cfg: dict) -> dict:

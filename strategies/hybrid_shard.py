@@ -298,7 +298,7 @@ class HybridShardStrategy(ModelParallelStrategy):
             load(opt_state, checkpoint_id=path)
             set_optimizer_state_dict(self.model, optimizer, optim_state_dict=opt_state[key],
                                      options=StateDictOptions(cpu_offload=True))
-        return torch.load(path / _METADATA_FILENAME, weights_only=weights_only)
+        return torch.load(path / _METADATA_FILENAME, weights_only=True)  # meta.pt: loop state, no code
 
     def remove_checkpoint(self, filepath: Any) -> None:
         if self.global_rank == 0:

@@ -135,18 +135,6 @@ def mixed_group_fraction(outcomes: list[bool], group_size: int) -> float:
 
 
 # ---- artifacts --------------------------------------------------------------------------
-def save_gif(frames: np.ndarray, path: str, fps: int = 10, scale: int = 2) -> str:
-    """uint8 [T, H, W, 3] -> animated GIF (Pillow), written atomically."""
-    from PIL import Image
-
-    imgs = [Image.fromarray(f).resize((f.shape[1] * scale, f.shape[0] * scale), Image.NEAREST)
-            for f in np.asarray(frames, dtype=np.uint8)]
-    with atomic_path(path) as tmp:
-        imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:],
-                     duration=int(1000 / fps), loop=0)
-    return path
-
-
 def save_success_plot(history: list[dict], path: str) -> str:
     """Simulator success (overall and per task) vs training step -> PNG, with the world
     model's own success (``wm/success``, its rollouts since the previous eval) beside it."""

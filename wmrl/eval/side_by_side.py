@@ -38,19 +38,6 @@ class SceneRollouts:
     peak_score: float
 
 
-def side_by_side_video(imagined: np.ndarray, real: np.ndarray, gap: int = 2) -> np.ndarray:
-    """uint8 [T, H, 2W + gap, 3]: imagined left, real right, a white gap between; the shorter
-    holds its last frame."""
-    t = max(len(imagined), len(real))
-
-    def hold(v: np.ndarray) -> np.ndarray:
-        return np.concatenate([v, np.repeat(v[-1:], t - len(v), 0)]) if len(v) < t else v
-
-    a, b = hold(imagined), hold(real)
-    white = np.full((t, a.shape[1], gap, 3), 255, np.uint8)
-    return np.concatenate([a, white, b], axis=2)
-
-
 def imagined_vs_real(policy, env: dict, task: str, scenes: int, chunk: int,
                      max_episode_steps: int, sim_env: dict | None = None,
                      temperature: float = 1.0, seed: int = 0,

@@ -41,6 +41,7 @@ from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.world_model import CONDITION_FRAMES, predict_chunk
 from wmrl.pixels import u8_to_unit_torch
+from wmrl.videos import save_gif, side_by_side_video
 from wmrl.world_model.action_wan import build_world_model
 from wmrl.world_model.objective import FlowMatchObjective
 
@@ -196,8 +197,13 @@ class WorldModelFinetune(L.LightningModule):
                                                                   "copy_psnr")}
         self.log_dict(metrics, sync_dist=True)
         if self.hparams.video_dir and self.trainer.is_global_zero and v["imagined"]:
-            write_strip_gif(torch.cat(v["imagined"]), torch.cat(v["real"]),
-                            Path(self.hparams.video_dir) / f"step_{self.global_step}.gif")
+            # the clips stacked, each imagined | real ([N, T, 3, H, W] in [0, 1] -> uint8)
+            u8 = [torch.cat(v[k]).permute(0, 1, 3, 4, 2).mul(255).round().to(torch.uint8).numpy()
+                  for k in ("imagined", "real")]
+            video = np.concatenate([side_by_side_video(a, b) for a, b in zip(*u8)], axis=1)
+            out = Path(self.hparams.video_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            save_gif(video, str(out / f"step_{self.global_step}.gif"), fps=5, scale=1)
 
     # ---------------------------------------------------------------- export
     def export(self, out: str | Path) -> Path | None:
@@ -218,19 +224,3 @@ class WorldModelFinetune(L.LightningModule):
             model.transformer.unload_lora()
         model.save_pretrained(out)
         return Path(out)
-
-
-def write_strip_gif(imagined: torch.Tensor, real: torch.Tensor, path: Path) -> Path:
-    """[N, T, 3, H, W] in [0, 1] each (as the metrics take them) -> a GIF of T frames, the
-    clips stacked, imagined | real."""
-    from PIL import Image
-
-    imagined, real = imagined.permute(0, 1, 3, 4, 2), real.permute(0, 1, 3, 4, 2)
-    rows = torch.cat([imagined, torch.ones_like(imagined[:, :, :, :2]), real], 3)
-    video = (torch.cat(list(rows), 1).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.gif")
-    images = [Image.fromarray(np.ascontiguousarray(f)) for f in video]
-    images[0].save(tmp, save_all=True, append_images=images[1:], duration=200, loop=0)
-    tmp.replace(path)
-    return path

@@ -33,6 +33,7 @@ no weights (optionally ``foreground_weight``, see ``foreground_weights``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -42,9 +43,11 @@ from wmrl.world_model.sampler import NUM_TRAIN_TIMESTEPS, shift_sigmas
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+@functools.lru_cache(maxsize=8)
 def training_grid(shift: float, n: int = NUM_TRAIN_TIMESTEPS
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sigma_i, t_i, w_i) of the shifted n-step training grid (float32, see the module)."""
+    """(sigma_i, t_i, w_i) of the shifted n-step training grid (float32, see the module;
+    computed once per shift: every training step looks it up). Read-only."""
     sigmas = shift_sigmas(torch.linspace(1.0, 0.0, n + 1, dtype=torch.float32)[:-1], shift)
     t = sigmas * n
     y = torch.exp(-2 * ((t - n / 2) / n) ** 2)
