@@ -60,12 +60,6 @@ class EpisodeSource:
             self._sets = [TrajectoryDataset(p) for p in self.paths]
             self._index = [(k, i) for k, ds in enumerate(self._sets) for i in range(len(ds))]
 
-    @property
-    def action_dim(self) -> int:
-        if self.format == "lerobot":
-            return self._lerobot.action_dim
-        return int(self._sets[0][0].actions.shape[1])
-
     def __len__(self) -> int:
         return len(self._index)
 
