@@ -2,11 +2,14 @@
 
     python scripts/export.py RUN/checkpoints/last.ckpt --out DIR                 # the policy
     python scripts/export.py RUN/checkpoints/last.ckpt --out DIR --world-model   # PACE's world model
+    python scripts/export.py RUN/checkpoints/last.ckpt --out DIR --adapter       # a LoRA fit's adapter
 
 The policy goes out in exactly the layout the fit started from (``policy.pretrained_path``:
 same shard files, tensor names, shapes, dtypes, index, config.json, dataset statistics,
 tokenizer files), with a model card (README.md: base checkpoint, recipe, the run's config,
-its simulator evaluations with 95% intervals). ``--world-model`` writes instead the world
+its simulator evaluations with 95% intervals); a LoRA fit's adapters are folded in, or with
+``--adapter`` written alone as a peft adapter directory (``PeftModel.from_pretrained`` and
+``policy.lora.path`` load it). ``--world-model`` writes instead the world
 model PACE refined during the fit, as a loadable world-model directory. ``--source DIR``:
 the layout / world model to start from when the run's own path is not on this machine.
 wmrl/pipeline/export.py; docs/running.md.
@@ -32,12 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="a new (or empty) directory")
     ap.add_argument("--world-model", action="store_true",
                     help="export the PACE-refined world model instead of the policy")
+    ap.add_argument("--adapter", action="store_true",
+                    help="a LoRA fit: write the adapter alone (peft layout), not merged")
     ap.add_argument("--source", default=None, help="the directory the run started from, when "
                     "the path in the checkpoint's config is not on this machine")
     args = ap.parse_args(argv)
     try:
-        export = export_world_model if args.world_model else export_policy
-        print(json.dumps(export(args.ckpt, args.out, args.source)))
+        if args.world_model:
+            summary = export_world_model(args.ckpt, args.out, args.source)
+        else:
+            summary = export_policy(args.ckpt, args.out, args.source, adapter=args.adapter)
+        print(json.dumps(summary))
     except ConfigError as err:
         if os.environ.get("WMRL_FULL_ERROR") == "1":
             raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,15 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 __all__ = ["full_state_dict", "load_full_checkpoint", "load_full_state_dict"]
 
 
-def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+def full_state_dict(module: torch.nn.Module,
+                    keep: Callable[[str], bool] | None = None) -> dict[str, torch.Tensor]:
     """The module's state dict with full (unsharded) tensors: FSDP2's DTensor shards are
-    all-gathered (a collective: every rank of the mesh must call it)."""
+    all-gathered (a collective: every rank of the mesh must call it). ``keep(name)``: only
+    those entries (the others are not gathered)."""
     out = {}
     for name, value in module.state_dict().items():
-        out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
+        if keep is None or keep(name):
+            out[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
     return out
 
 

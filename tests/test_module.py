@@ -1,6 +1,7 @@
 """``GRPOModule.update`` on a hand-made batch, under a real Lightning Trainer, without Ray."""
 
 import copy
+import json
 import math
 
 import lightning as L
@@ -8,6 +9,7 @@ import pytest
 import torch
 from toys import GivenRollouts, LinearBinPolicy
 
+from wmrl.errors import ConfigError
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.module import GRPOModule
 
@@ -295,3 +297,110 @@ def test_unrepeatable_episodes_are_dropped_from_the_update(tmp_path):
     assert torch.allclose(module.policy.bias.detach()[:, 10], torch.full((56,), 0.1), atol=1e-5)
     with pytest.raises(ValueError, match="env.resample_check=true"):
         fit(make_module(drop_unrepeatable=True), [hand_batch()], tmp_path)
+
+
+# ---- LoRA (policy.lora, wmrl/lora.py) ---------------------------------------------------
+LORA_POLICY = {"_target_": "wmrl.policies.openvla_oft.build_policy",
+               "lora": {"rank": 4, "alpha": 8, "init": False}}  # B random: the adapter acts
+
+
+class RecordedSyncs(GivenRollouts):
+    """GivenRollouts that keeps what every weight sync sent."""
+
+    def __init__(self, batches):
+        super().__init__(batches)
+        self.sent: list[dict] = []
+
+    def sync_weights(self, state_dict, version):
+        self.sent.append({k: v.detach().clone() for k, v in state_dict.items()})
+        return super().sync_weights(state_dict, version)
+
+
+def policy_batch(version: int = 0, seed: int = 0) -> TrajectoryBatch:
+    """2 groups of 2, one chunk, sampled by the tiny base policy; trajectory 0 succeeds."""
+    from wmrl.policies.openvla_oft import build_policy
+
+    g = torch.Generator().manual_seed(seed)
+    image = torch.randint(0, 256, (4, 40, 40, 3), dtype=torch.uint8, generator=g)
+    task = ["pick up the red block"] * 4
+    s = build_policy().sample({"image": image, "task": task}, 1.0, generator=g)
+    rewards, dones = torch.zeros(4, 8), torch.zeros(4, 8, dtype=torch.bool)
+    rewards[0, -1], dones[:, -1] = 1.0, True
+    return TrajectoryBatch(image=image[:, None], tokens=s.tokens[:, None],
+                           logprobs=s.logprobs[:, None], rewards=rewards, dones=dones,
+                           success=torch.tensor([True, False, False, False]), task=task,
+                           version=version)
+
+
+def test_lora_trains_its_adapters_against_the_base_and_sends_only_them(tmp_path):
+    from wmrl.lora import is_adapter_key, merged_state_dict
+    from wmrl.policies.openvla_oft import build_policy
+
+    module = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
+    assert module.reference_policy is None  # the base is the policy with its adapters off
+    adapters = {k for k in module.policy.state_dict() if is_adapter_key(k)}
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    data = RecordedSyncs([policy_batch()])
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=data)
+    opt = module.optimizers().optimizer
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(adapters)
+    after = module.policy.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], before[k])}
+    assert moved and moved <= adapters  # the base never changes
+    # the KL term's reference: exactly the base policy's log-probs
+    b = policy_batch()
+    obs = {"image": b.image[:, 0], "task": b.task}
+    assert torch.equal(module._reference_log_probs(obs, b.tokens[:, 0]),
+                       build_policy().log_probs(obs, b.tokens[:, 0], 1.0))
+    assert module.last_metrics["train/ref_kl"] > 0  # random B: the policy is not the base
+    # every sync (versions 0 and 1) sent the adapters alone: 3% of the merged policy's bytes
+    assert [set(s) for s in data.sent] == [adapters, adapters]
+    sent = sum(v.numel() * v.element_size() for v in data.sent[-1].values())
+    merged = sum(v.numel() * v.element_size() for v in merged_state_dict(module.policy).values())
+    assert sent == 4 * sum(after[k].numel() for k in adapters) and sent / merged < 0.1
+    # the checkpoint holds the adapters (and the config export needs) ...
+    ckpt = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(ckpt)
+    assert set(ckpt["state_dict"]) == {f"policy.{k}" for k in adapters}
+    assert json.loads(ckpt["lora_config"])["r"] == 4
+    # ... which a module rebuilt from the config takes (the base from its spec) ...
+    fresh = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
+    assert not fresh.strict_loading
+    fresh.on_load_checkpoint(ckpt)
+    fresh.load_state_dict(ckpt["state_dict"], strict=False)
+    assert all(torch.equal(v, after[k]) for k, v in fresh.policy.state_dict().items())
+    # ... and one without them is refused by name
+    del ckpt["state_dict"][f"policy.{sorted(adapters)[0]}"]
+    with pytest.raises(ConfigError, match="holds no policy.*lora_"):
+        make_module(LORA_POLICY).on_load_checkpoint(ckpt)
+
+
+def test_lora_resume_is_exact(tmp_path):
+    """Two steps straight, and one step + checkpoint + a resumed second step: the same
+    adapters and AdamW state, bit for bit."""
+    def trainer(steps, root):
+        return L.Trainer(accelerator="cpu", max_steps=steps, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=root)
+
+    straight = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
+    trainer(2, tmp_path / "a").fit(straight, datamodule=GivenRollouts(
+        [policy_batch(0), policy_batch(1, seed=1)]))
+    half = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
+    t = trainer(1, tmp_path / "b")
+    t.fit(half, datamodule=GivenRollouts([policy_batch(0)]))
+    t.save_checkpoint(tmp_path / "b" / "last.ckpt")
+    saved = torch.load(tmp_path / "b" / "last.ckpt", weights_only=True)
+    assert all(".lora_" in k for k in saved["state_dict"])  # kilobytes, not the base
+    resumed = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
+    trainer(2, tmp_path / "b").fit(resumed, datamodule=GivenRollouts([policy_batch(1, seed=1)]),
+                                   ckpt_path=str(tmp_path / "b" / "last.ckpt"))
+    a, b = straight.policy.state_dict(), resumed.policy.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    sa = straight.optimizers().optimizer.state_dict()["state"]
+    sb = resumed.optimizers().optimizer.state_dict()["state"]
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"])
+                                          for i in sa)

@@ -149,7 +149,9 @@ def check_policy(policy: Mapping, key: str = "policy.pretrained_path") -> None:
     found, weights = _weight_shapes(root, INDEX_NAME, "*.safetensors", key, POLICY_FIX)
     if policy.get("_target_") != POLICY_TARGET:
         return  # another policy class: its files are whole, its shapes are its own business
-    args = {k: v for k, v in policy.items() if k != "_target_"}
+    # the base's tensors (LoRA adapters are not in its files; an adapter path is checked
+    # when it loads, before any rollout)
+    args = {k: v for k, v in policy.items() if k not in ("_target_", "lora")}
     try:
         model = build_policy_meta(**args)
     except Exception as err:  # noqa: BLE001 - the config.json cannot describe this policy

@@ -41,6 +41,11 @@ counts training steps = rollout batches, however many optimizer steps a batch ta
 offloads it like the policy). It is left out of checkpoints (it is rebuilt from the policy
 config on resume) and costs one no-grad forward per micro-batch.
 
+LoRA (``policy.lora``, ``wmrl/lora.py``): the base is frozen and only the adapters train, so
+the reference is the policy itself with its adapters switched off (no second copy); the
+optimizer holds the adapters, checkpoints hold them alone (the base is rebuilt from the policy
+config on resume) and weight syncs send them alone (the actors build the same base).
+
 With ``gradient_accumulation: false`` every micro-batch is its own optimizer step.
 
 An optimizer step whose log-probs, loss or grad norm is NaN/Inf is skipped (weights and AdamW
@@ -79,7 +84,9 @@ from wmrl.algorithms import update as stages
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.build import build
+from wmrl.errors import ConfigError
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
+from wmrl.lora import adapters_disabled, config_json, has_lora, is_adapter_key
 from wmrl.tracing import Tracer
 
 _REFERENCE = "reference_policy."
@@ -113,8 +120,11 @@ class GRPOModule(L.LightningModule):
         self.policy = build(policy)
         # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
         self.pace = None if pace is None else build(pace, _recursive_=False)
+        self.lora = has_lora(self.policy)
+        # checkpoints of a LoRA policy hold its adapters; the base is rebuilt from config
+        self.strict_loading = not self.lora
         self.reference_policy = None
-        if cfg.kl_coef > 0:
+        if cfg.kl_coef > 0 and not self.lora:  # with LoRA: the adapters switched off
             self.reference_policy = copy.deepcopy(self.policy).requires_grad_(False).eval()
             self.register_state_dict_post_hook(_drop_reference_keys)
             self.register_load_state_dict_post_hook(_allow_missing_reference_keys)
@@ -143,7 +153,8 @@ class GRPOModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         a = self.algorithm
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=a.lr, betas=tuple(a.betas),
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA: adapters
+        opt = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.betas),
                                 eps=a.eps, weight_decay=a.weight_decay)
         total = a.lr_schedule_steps
         if total is None:  # the run's training steps
@@ -235,7 +246,11 @@ class GRPOModule(L.LightningModule):
         """The trainer's policy, whole, to this rank's rollout actors as ``policy_version``
         (every rank owns its actors); returns seconds."""
         with Tracer.trace_span("trainer.weight_sync", version=self.policy_version):
-            return self.rollouts.sync_weights(full_state_dict(self.policy), self.policy_version)
+            return self.rollouts.sync_weights(self._synced_state(), self.policy_version)
+
+    def _synced_state(self) -> dict[str, torch.Tensor]:
+        """What the actors need of the policy: all of it, or with LoRA the adapters alone."""
+        return full_state_dict(self.policy, keep=is_adapter_key if self.lora else None)
 
     def _pace_step(self) -> dict[str, float]:
         """A PACE round if one is due after this step (``trainer.global_step``: the steps
@@ -264,7 +279,7 @@ class GRPOModule(L.LightningModule):
             raise RuntimeError(
                 "a rollout actor was restarted, but re-syncing sharded (FSDP) weights needs "
                 "every trainer rank: resume from <run_dir>/checkpoints/last.ckpt")
-        return full_state_dict(self.policy)
+        return self._synced_state()
 
     def _offload(self, direction: str) -> dict[str, float]:
         """``offload``: weights, gradients and AdamW state to the host; ``onload``: back.
@@ -423,10 +438,8 @@ class GRPOModule(L.LightningModule):
         logprobs, entropy = self.policy.log_probs(obs, tokens, self.temperature,
                                                   return_entropy=True)
         ref_logprobs = None
-        if self.reference_policy is not None:
-            with torch.no_grad():
-                ref_logprobs = self.reference_policy.log_probs(obs, tokens, self.temperature)
-            ref_logprobs = ref_logprobs.float()
+        if self.algorithm.kl_coef > 0:
+            ref_logprobs = self._reference_log_probs(obs, tokens).float()
         weights = s["weights"][idx].to(dev)
         mask = weights > 0  # padding samples (see update) count in neither loss nor metrics
         loss, m = grpo.policy_loss(
@@ -438,6 +451,14 @@ class GRPOModule(L.LightningModule):
         n_valid = mask.sum().float()
         m["entropy"] = torch.where(mask, entropy.float(), 0.0).sum() / n_valid.clamp(min=1)
         return loss, m, n_valid, torch.isfinite(logprobs.detach()).all()
+
+    @torch.no_grad()
+    def _reference_log_probs(self, obs: dict, tokens: torch.Tensor) -> torch.Tensor:
+        """log pi_ref: the frozen copy, or with LoRA the policy with its adapters off."""
+        if self.reference_policy is not None:
+            return self.reference_policy.log_probs(obs, tokens, self.temperature)
+        with adapters_disabled(self.policy):
+            return self.policy.log_probs(obs, tokens, self.temperature)
 
     def _clip_and_step(self, opt: Any, bad: torch.Tensor, counted: bool) -> torch.Tensor | None:
         """Clip, step, zero; returns the pre-clip grad norm as a 0-d device tensor, or None if
@@ -484,12 +505,23 @@ class GRPOModule(L.LightningModule):
 
     # ---- checkpoint extras -----------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.lora:  # the adapters; the frozen base is rebuilt from the policy config
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                        if not k.startswith("policy.") or is_adapter_key(k)}
+            checkpoint["lora_config"] = config_json(self.policy)  # for scripts/export.py
         checkpoint["policy_version"] = self.policy_version
         checkpoint["shuffle_rng"] = self.shuffle.get_state()
         if self.pace is not None:
             checkpoint["pace"] = self.pace.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.lora and "state_dict" in checkpoint:  # a single file (DCP reads by key)
+            want = {f"policy.{k}" for k in self.policy.state_dict() if is_adapter_key(k)}
+            missing = sorted(want - set(checkpoint["state_dict"]))
+            if missing:
+                raise ConfigError(f"the checkpoint holds no {missing[0]} (and {len(missing) - 1} "
+                                  "more adapter tensors): it was not written by a fit with "
+                                  "this policy.lora")
         self.policy_version = int(checkpoint["policy_version"])
         self.shuffle.set_state(checkpoint["shuffle_rng"])
         if self.pace is not None:

@@ -78,6 +78,51 @@ def test_policy_goes_out_in_the_source_layout(source, tmp_path):
     assert "library_name: wmrl" in card and f"`{source}`" in card and "kl_coef: 0.1" in card
 
 
+def test_a_lora_fit_goes_out_merged_or_as_its_adapter(source, tmp_path):
+    """A LoRA fit's checkpoint (adapters only, ``lora_config``): merged into the source's
+    layout (W + s B A, bf16 kept), or with ``adapter`` as a peft directory that
+    ``PeftModel.from_pretrained`` loads onto the source and that scores as the merged one."""
+    from peft import PeftModel
+
+    from wmrl.lora import config_json, merged_state_dict
+
+    spec = {"rank": 4, "alpha": 8, "init": False}
+    policy = build_policy(pretrained_path=str(source), unnorm_key="tabletop", lora=spec,
+                          dtype="bfloat16")  # as the fit ran
+    adapters = {f"policy.{k}": v for k, v in policy.state_dict().items() if ".lora_" in k}
+    cfg = {"policy": {"_target_": "wmrl.policies.openvla_oft.build_policy",
+                      "pretrained_path": str(source), "unnorm_key": "tabletop",
+                      "dtype": "bfloat16", "lora": spec}}
+    torch.save({"state_dict": adapters, "global_step": 3, CONFIG_KEY: cfg,
+                "lora_config": config_json(policy)}, tmp_path / "lora.ckpt")
+    export_policy(str(tmp_path / "lora.ckpt"), str(tmp_path / "merged"))
+    back = OpenVLAOFTPolicy.from_pretrained(str(tmp_path / "merged"), unnorm_key="tabletop")
+    want = merged_state_dict(policy)
+    assert back.state_dict().keys() == want.keys()
+    assert all(torch.equal(v, want[k].float()) for k, v in back.state_dict().items())
+    base = OpenVLAOFTPolicy.from_pretrained(str(source), unnorm_key="tabletop").state_dict()
+    assert not torch.equal(want["projector.fc1.weight"], base["projector.fc1.weight"])
+    out = export_policy(str(tmp_path / "lora.ckpt"), str(tmp_path / "adapter"), adapter=True)
+    assert out["adapter"] and sorted(p.name for p in (tmp_path / "adapter").iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors"]
+    peft_model = PeftModel.from_pretrained(
+        OpenVLAOFTPolicy.from_pretrained(str(source), unnorm_key="tabletop"),
+        str(tmp_path / "adapter"))
+    assert peft_model.peft_config["default"].base_model_name_or_path == str(source)
+    obs = {"image": torch.randint(0, 256, (2, 40, 40, 3), dtype=torch.uint8),
+           "task": ["pick up the red block"] * 2}
+    tokens = back.sample(obs, 1.0).tokens
+    ours = build_policy(pretrained_path=str(source), unnorm_key="tabletop",
+                        lora={"path": str(tmp_path / "adapter")})  # policy.lora.path
+    assert torch.equal(peft_model.base_model.model.log_probs(obs, tokens, 1.0),
+                       ours.log_probs(obs, tokens, 1.0))
+    assert all(torch.equal(v, adapters[f"policy.{k}"].float()) for k, v in
+               ours.state_dict().items() if ".lora_" in k)  # the fit's adapters
+    with pytest.raises(ConfigError, match="carries no LoRA adapter"):
+        fit_checkpoint(tmp_path / "full.ckpt", source)
+        export_policy(str(tmp_path / "full.ckpt"), str(tmp_path / "a2"), adapter=True)
+
+
 def test_world_model_of_pace_goes_out_loadable(tmp_path):
     tiny_world_model().save_pretrained(tmp_path / "wm")
     refined = tiny_world_model()

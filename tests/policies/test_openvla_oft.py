@@ -289,17 +289,34 @@ def test_bad_image_is_rejected(policy):
         policy.sample({"image": torch.zeros(1, 8, 8, 3), "task": ["x"]}, 1.0)
 
 
+def policy_group(*overrides):
+    """conf/policy/<option> as scripts/fit.py composes it (its lora sub-group included)."""
+    from hydra import compose, initialize_config_dir
+
+    conf = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "conf"))
+    with initialize_config_dir(conf, version_base="1.3"):
+        return compose(config_name="fit", overrides=list(overrides)).policy
+
+
 def test_hydra_configs_build():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "conf", "policy")
-    tiny = OmegaConf.load(os.path.join(root, "openvla_oft_tiny.yaml"))
+    tiny = policy_group("policy=openvla_oft_tiny")
+    assert tiny.lora is None
     pickle.dumps(OmegaConf.to_container(tiny))
     p = instantiate(tiny)
     assert p.sample(make_obs(b=1), 1.6).actions.shape == (1, 8, 7)
-    big = OmegaConf.load(os.path.join(root, "openvla_oft_7b.yaml"))
-    assert big._target_ == tiny._target_ and big.dtype == "bfloat16"
+    big = policy_group("policy=openvla_oft_7b")
+    assert big._target_ == tiny._target_ and big.dtype == "bfloat16" and big.lora is None
+    # policy/lora=rlinf: RLinf's LoRA (rank 32 = alpha, gaussian init, its target list)
+    lora = policy_group("policy=openvla_oft_tiny", "policy/lora=rlinf").lora
+    assert (lora.rank, lora.alpha, lora.dropout, lora.init) == (32, 32, 0.0, "gaussian")
+    p = instantiate(policy_group("policy=openvla_oft_tiny", "policy/lora=rlinf",
+                                 "policy.lora.rank=4"))
+    trainable = [n for n, q in p.named_parameters() if q.requires_grad]
+    assert trainable and all(".lora_" in n for n in trainable)
+    assert p.language_model.lm_head.lora_A["default"].weight.shape[0] == 4
 
 
 def test_published_7b_architecture_on_meta():
@@ -363,10 +380,7 @@ def test_policy_pixels_are_resized_uint8_values(policy):
 
 
 def test_7b_config_matches_rlinf_libero_rollout():
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "policy",
-                                      "openvla_oft_7b.yaml"))
+    cfg = policy_group("policy=openvla_oft_7b")
     assert cfg.overrides.center_crop is False  # RLinf reads center_crop only for RoboTwin
 
 

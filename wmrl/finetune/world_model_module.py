@@ -40,6 +40,7 @@ from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.world_model import CONDITION_FRAMES, predict_chunk
+from wmrl.lora import lora_config
 from wmrl.pixels import u8_to_unit_torch
 from wmrl.videos import save_gif, side_by_side_video
 from wmrl.world_model.action_wan import build_world_model
@@ -64,19 +65,6 @@ def build_objective(cfg: dict[str, Any] | None) -> FlowMatchObjective:
                           "context_noise_sigma, foreground_weight)") from None
 
 
-def lora_config(cfg: dict[str, Any]):
-    """peft ``LoraConfig`` from ``{rank, alpha, dropout, target_modules}`` (alpha defaults to
-    the rank, as the fork's; targets to ``DIT_LORA_TARGETS``)."""
-    from peft import LoraConfig
-
-    rank = int(cfg.get("rank", 32))
-    if rank < 1:
-        raise ConfigError(f"lora.rank={rank} must be >= 1")
-    return LoraConfig(r=rank, lora_alpha=float(cfg.get("alpha") or rank),
-                      lora_dropout=float(cfg.get("dropout", 0.0)),
-                      target_modules=list(cfg.get("target_modules") or DIT_LORA_TARGETS))
-
-
 class WorldModelFinetune(L.LightningModule):
     def __init__(self, world_model: dict[str, Any], objective: dict[str, Any] | None = None,
                  lora: dict[str, Any] | None = None, train_action_modules: bool = True,
@@ -90,7 +78,7 @@ class WorldModelFinetune(L.LightningModule):
         self.objective = build_objective(objective)
         self.lora = None if lora is None else dict(lora)
         if self.lora is not None:
-            lora_config(self.lora)  # bad settings fail here, before the model loads
+            lora_config(self.lora, DIT_LORA_TARGETS)  # bad settings fail before the model loads
         self.model = None
         self.strict_loading = False  # checkpoints hold the trainable parameters only
         self._val: dict[str, list[torch.Tensor]] = {}
@@ -107,7 +95,8 @@ class WorldModelFinetune(L.LightningModule):
         model.transformer.requires_grad_(self.lora is None)
         model.action.requires_grad_(self.lora is None or self.hparams.train_action_modules)
         if self.lora is not None:
-            model.transformer.add_adapter(lora_config(self.lora))  # adapters: requires_grad
+            # adapters: requires_grad
+            model.transformer.add_adapter(lora_config(self.lora, DIT_LORA_TARGETS))
         if self.hparams.gradient_checkpointing:
             model.transformer.enable_gradient_checkpointing()
         return model

@@ -37,6 +37,14 @@ from strategies.checkpoint import load_full_state_dict
 from wmrl.atomic import atomic_dir
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError, one_line
+from wmrl.lora import (
+    add_lora,
+    config_from_json,
+    is_adapter_key,
+    merged_state_dict,
+    peft_names,
+    write_adapter,
+)
 from wmrl.safetensors_shards import INDEX_NAME
 from wmrl.stats import rate_with_interval
 from wmrl.world_model.action_wan import ActionWanModel
@@ -102,14 +110,29 @@ def weight_files(source: Path) -> dict[str, list[str]]:
     return files
 
 
-def export_policy(ckpt_path: str, out: str, source: str | None = None) -> dict:
+def export_policy(ckpt_path: str, out: str, source: str | None = None,
+                  adapter: bool = False) -> dict:
     """Write the checkpoint's policy into ``out`` in the layout of ``source`` (default: the
-    run's ``policy.pretrained_path``); returns a summary (tensors, files, source)."""
+    run's ``policy.pretrained_path``); returns a summary (tensors, files, source). A LoRA fit
+    (``policy.lora``): the adapters are folded into the base read from ``source``, or with
+    ``adapter`` written alone as a peft adapter directory (no base needed)."""
     check_out(out)
     ckpt = read_checkpoint(ckpt_path)
     state = policy_state(ckpt, ckpt_path)
     cfg = ckpt.get(CONFIG_KEY) or {}
-    source = source or (cfg.get("policy") or {}).get("pretrained_path")
+    policy_cfg = dict(cfg.get("policy") or {})
+    lora = any(is_adapter_key(k) for k in state)
+    if adapter and not lora:
+        raise ConfigError(f"{ckpt_path}: --adapter, but its policy carries no LoRA adapter "
+                          "(the fit ran with policy.lora null): export the whole policy")
+    if lora and "lora_config" not in ckpt:
+        raise ConfigError(f"{ckpt_path}: LoRA tensors but no lora_config entry: not a "
+                          "checkpoint of a wmrl fit")
+    if adapter:
+        summary = write_adapter(out, config_from_json(ckpt["lora_config"]), peft_names(state),
+                                base_model=source or policy_cfg.get("pretrained_path"))
+        return {**summary, "adapter": True}
+    source = source or policy_cfg.get("pretrained_path")
     if not source:
         raise ConfigError(f"{ckpt_path}: its run config names no policy.pretrained_path (a "
                           "policy built from a config): pass --source DIR, the layout to write")
@@ -118,6 +141,8 @@ def export_policy(ckpt_path: str, out: str, source: str | None = None) -> dict:
         raise ConfigError(f"the source policy {src} (the run's policy.pretrained_path) is not "
                           "on this machine: pass --source DIR, a copy of it")
     files = weight_files(src)
+    if lora:
+        state = merged_policy_state(policy_cfg, str(src), ckpt["lora_config"], state)
     want = {k for keys in files.values() for k in keys}
     missing, extra = sorted(want - set(state)), sorted(set(state) - want)
     if missing or extra:
@@ -142,6 +167,25 @@ def export_policy(ckpt_path: str, out: str, source: str | None = None) -> dict:
                 (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
         model_card(ckpt_path, ckpt, cfg, str(src)).save(str(tmp / "README.md"))
     return {"out": out, "source": str(src), "tensors": len(want), "files": sorted(files)}
+
+
+def merged_policy_state(policy_cfg: dict, source: str, lora_config: str,
+                        adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The base policy from ``source`` with the checkpoint's adapters folded in, in the
+    base's names (``W + s * B A``, wmrl/lora.py)."""
+    from wmrl.build import build
+
+    spec = {**policy_cfg, "pretrained_path": source, "lora": None,
+            "gradient_checkpointing": False, "fused_ops": False}
+    policy = build(spec)
+    add_lora(policy, config=config_from_json(lora_config))
+    missing, unexpected = policy.load_state_dict(adapters, strict=False)
+    missing = [k for k in missing if is_adapter_key(k)]
+    if missing or unexpected:
+        raise ConfigError(f"the checkpoint's adapters do not fit {source} (missing "
+                          f"{missing[:3]}, unexpected {unexpected[:3]}): pass the --source "
+                          "it was trained from")
+    return merged_state_dict(policy)
 
 
 def eval_rows(ckpt_path: str) -> list[dict]:

@@ -53,7 +53,8 @@ from torch import nn
 from wmrl.build import to_container
 from wmrl.config import compose_config
 from wmrl.finetune.world_model import CHUNK, CONDITION_FRAMES
-from wmrl.finetune.world_model_module import DIT_LORA_TARGETS, lora_config
+from wmrl.finetune.world_model_module import DIT_LORA_TARGETS
+from wmrl.lora import lora_config
 from wmrl.plan.activations import trace_world_model_training
 from wmrl.plan.memory import GB, PlanOptions, Role, _shard_group
 from wmrl.plan.meta import build_world_model, cached, nbytes, numel
@@ -98,7 +99,7 @@ def finetune_model(wm_cfg: dict, lora_rank: int | None, train_action_modules: bo
     model.transformer.requires_grad_(lora_rank is None)
     model.action.requires_grad_(lora_rank is None or train_action_modules)
     if lora_rank is not None:
-        model.transformer.add_adapter(lora_config({"rank": lora_rank}))
+        model.transformer.add_adapter(lora_config({"rank": lora_rank}, DIT_LORA_TARGETS))
     return model.to(torch.bfloat16)
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from strategies.fused import apply_fused_ops, fused_ops_config
 from wmrl.dtypes import DTYPES
 from wmrl.interfaces import PolicySample
+from wmrl.lora import add_lora
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.checkpoint import (
     load_safetensors_dir,
@@ -36,6 +37,11 @@ from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_fo
 
 # OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: the backends that honour it
 SUPPORTED_ATTN = ("eager", "sdpa")
+# RLinf's LoRA targets for OpenVLA-OFT (rlinf/models/__init__.py): the vision towers' proj /
+# qkv / fc1 / fc2, the projector's fc1-3 (and a MAP head's q / kv / out_proj), every Llama
+# projection and lm_head. peft matches them as suffixes of module names.
+LORA_TARGETS = ("proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj", "q_proj", "k_proj",
+                "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
 class PrismaticVisionBackbone(nn.Module):
@@ -323,7 +329,11 @@ class OpenVLAOFTPolicy(nn.Module):
         start = n_pre + t - 1  # last prompt token predicts action 0
         h = hidden[:, start : start + n_act]
         first = self.vocab_base - self.n_bins  # only the action ids' rows of the head
-        logits = F.linear(h, self.language_model.lm_head.weight[first: self.vocab_base])
+        head = self.language_model.lm_head
+        if isinstance(head, nn.Linear):
+            logits = F.linear(h, head.weight[first: self.vocab_base])
+        else:  # wrapped by a LoRA adapter (wmrl.lora): the whole head, then those rows
+            logits = head(h)[..., first: self.vocab_base]
         return at.bin_logits(logits.float(), self.vocab_base, self.n_bins, first_id=first)
 
     @torch.no_grad()
@@ -387,7 +397,8 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
                  attn_implementation: str = "sdpa",
                  overrides: dict | None = None, seed: int = 0,
                  ignore_key_prefixes: list[str] | tuple[str, ...] = (),
-                 fused_ops: bool | str | None = False) -> OpenVLAOFTPolicy:
+                 fused_ops: bool | str | None = False,
+                 lora: dict | None = None) -> OpenVLAOFTPolicy:
     """Hydra ``_target_``: load ``pretrained_path`` if given, else random weights from ``config``
     (a plain dict, picklable for Ray workers; None = the tiny config). ``overrides`` update the
     ``wmrl`` settings; ``ignore_key_prefixes`` skips checkpoint keys the policy does not use
@@ -397,7 +408,12 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
     and rotary embedding for the fused kernels of this process's device family (npu:
     ``torch_npu.npu_rms_norm`` / ``npu_rotary_mul``; cuda, cpu: ``F.rms_norm``, eager rotary);
     a device type (``npu``, ``cuda``, ``cpu``) picks that family's kernels. Tensors on another
-    device run eager. What was swapped: ``policy.fused_ops_report`` (``strategies.fused``)."""
+    device run eager. What was swapped: ``policy.fused_ops_report`` (``strategies.fused``).
+
+    ``lora``: null trains every parameter; a spec (``wmrl.lora``: rank, alpha, dropout,
+    target_modules, init, path) freezes the base and puts peft LoRA adapters on
+    ``target_modules`` (default ``LORA_TARGETS``, RLinf's), or loads the adapter directory
+    ``path`` on top of the base."""
     if pretrained_path:
         model = OpenVLAOFTPolicy.from_pretrained(
             str(pretrained_path), unnorm_key=unnorm_key, dtype=dtype,
@@ -414,6 +430,8 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
     device_type = fused_ops_config(fused_ops)
     model.fused_ops_report = (apply_fused_ops(model, device_type, ops=("rms_norm", "rotary"))
                               if device_type else None)
+    if lora:
+        add_lora(model, _plain(lora), LORA_TARGETS)
     if gradient_checkpointing:
         model.set_gradient_checkpointing(True)
     return model
@@ -422,7 +440,8 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
 def build_policy_meta(pretrained_path: str | None = None, config: dict | None = None,
                       dtype: str = "float32",
                       attn_implementation: str = "sdpa",
-                      overrides: dict | None = None, **_) -> OpenVLAOFTPolicy:
+                      overrides: dict | None = None, lora: dict | None = None,
+                      **_) -> OpenVLAOFTPolicy:
     """``build_policy``'s arguments, built on the meta device: every parameter has its shape and
     dtype, no weight is read or allocated (memory planning, ``scripts/plan.py``).
 
@@ -442,8 +461,11 @@ def build_policy_meta(pretrained_path: str | None = None, config: dict | None = 
             cfg = dict(cfg, wmrl={**(cfg.get("wmrl") or {}), **_plain(overrides)})
     with torch.device("meta"):
         model = OpenVLAOFTPolicy(cfg, tokenizer=None, attn_implementation=attn_implementation,
-                                 check_stats=False)
-    return model.to(_as_dtype(dtype))
+                                 check_stats=False).to(_as_dtype(dtype))
+        if lora:  # the adapters' shapes from the spec (an adapter path is not read)
+            add_lora(model, {k: v for k, v in _plain(lora).items() if k != "path"},
+                     LORA_TARGETS)
+    return model
 
 
 def _plain(x):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,13 +27,18 @@ class WeightReceiver(StoreReceiverMixin, IpcReceiverMixin, CollectiveReceiverMix
     memory (``param.data = view``), so applying a sync moves no bytes and every worker on a
     node shares one copy of the weights. Only for inference workers: an in-place write to
     such a weight would change the shared object. A delta first gives the touched tensors
-    a private copy."""
+    a private copy.
+
+    ``keep(name)``: only those entries are synced (a LoRA policy's adapters: its frozen base
+    is built the same on both sides and never sent)."""
 
     def __init__(self, module: torch.nn.Module | Mapping[str, torch.Tensor], version: int = -1,
-                 group: Any = None, zero_copy: bool = False):
+                 group: Any = None, zero_copy: bool = False,
+                 keep: Callable[[str], bool] | None = None):
         self.module = module if isinstance(module, torch.nn.Module) else None
+        self.keep = keep
         sd = module.state_dict() if self.module is not None else module
-        self.targets: dict[str, torch.Tensor] = dict(sd)
+        self.targets: dict[str, torch.Tensor] = self._kept(sd)
         self.group = group
         self.zero_copy = zero_copy
         self._owners: dict[str, list[tuple[torch.nn.Module, str, bool]]] = {}
@@ -81,9 +86,12 @@ class WeightReceiver(StoreReceiverMixin, IpcReceiverMixin, CollectiveReceiverMix
         """Re-read the module's tensors: ``module.to(...)`` (e.g. offloading) replaces them."""
         if self.module is None:
             return
-        self.targets = dict(self.module.state_dict())
+        self.targets = self._kept(self.module.state_dict())
         self.aliased = {n for n in self.aliased
                         if self.targets[n].data_ptr() == self._alias_ptr.get(n)}
+
+    def _kept(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in state.items() if self.keep is None or self.keep(k)}
 
     def _check(self, p: SyncPayload) -> None:
         layout = p.layout
