@@ -404,3 +404,45 @@ def test_lora_resume_is_exact(tmp_path):
     sb = resumed.optimizers().optimizer.state_dict()["state"]
     assert sa.keys() == sb.keys() and all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"])
                                           for i in sa)
+
+
+# ---- precision of the optimizer (algorithm.optimizer_dtype) -----------------------------
+def test_bf16_adamw_rounds_most_updates_away_and_float32_master_weights_keep_them(tmp_path):
+    """WoVR's lr 2e-5, 3 steps. AdamW's first steps move a weight by about lr; a bf16 weight of
+    scale 0.02 has a spacing of 2^-14 ~ 6e-5 to 1.2e-4 there, so a 2e-5 step rounds back to the
+    same value: most Llama weights never change. The documented setting - float32 weights
+    (the master copy), computing in bf16 (trainer.precision=bf16-mixed) - changes them all."""
+    from wmrl.policies.openvla_oft import build_policy
+
+    def unchanged(dtype, precision):
+        policy = {"_target_": "wmrl.policies.openvla_oft.build_policy", "dtype": dtype}
+        module = make_module(policy, lr=2e-5, weight_decay=0.0, optimizer_dtype=dtype,
+                             global_batch=4, micro_batch=4)
+        before = {k: v.clone() for k, v in module.policy.state_dict().items()
+                  if ".layers." in k and k.endswith("proj.weight")}
+        trainer = L.Trainer(accelerator="cpu", max_steps=3, logger=False, precision=precision,
+                            enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(module, datamodule=GivenRollouts([policy_batch(v) for v in range(3)]))
+        after = module.policy.state_dict()
+        same = sum(int((after[k] == v).sum()) for k, v in before.items())
+        return same / sum(v.numel() for v in before.values())
+
+    assert 0.015 < build_policy().language_model.model.layers[0].mlp.up_proj.weight.std() < 0.025
+    bf16 = unchanged("bfloat16", "bf16-true")
+    master = unchanged("float32", "bf16-mixed")
+    print(f"unchanged after 3 steps: bf16 {bf16:.3f}, float32 master {master:.5f}")
+    assert bf16 > 0.5 and master < 0.01, (bf16, master)
+
+
+def test_a_16_bit_policy_needs_the_optimizer_dtype_chosen_knowingly():
+    bf16 = {"_target_": "wmrl.policies.openvla_oft.build_policy", "dtype": "bfloat16"}
+    with pytest.raises(ConfigError, match=r"optimizer_dtype=float32 but the trained policy "
+                                          r"parameters are bfloat16: .* policy.dtype=float32"):
+        make_module(bf16)
+    make_module(bf16, optimizer_dtype="bfloat16")  # the knowing choice
+    # LoRA on a bf16 base: the adapters are float32, so float32 AdamW is the default
+    module = make_module({**bf16, "lora": {"rank": 4}})
+    dtypes = {str(p.dtype) for p in module.policy.parameters() if p.requires_grad}
+    assert dtypes == {"torch.float32"}
+    assert module.policy.language_model.lm_head.base_layer.weight.dtype == torch.bfloat16

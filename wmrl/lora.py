@@ -88,6 +88,10 @@ def add_lora(module: nn.Module, spec: Mapping[str, Any] | None = None,
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
         raise ConfigError(f"lora.target_modules {sorted(config.target_modules)}: "
                           f"{str(err).splitlines()[0][:200]}") from None
+    with torch.no_grad():  # adapters in float32 whatever the base's dtype, as PeftModel's
+        for name, param in module.named_parameters():  # autocast_adapter_dtype: the
+            if is_adapter_key(name) and param.dtype != torch.float32:  # trained weights
+                param.data = param.data.float()  # are master weights (peft casts inputs)
     if path:
         load_adapter(module, path)
     return module

@@ -81,7 +81,7 @@ from strategies import full_state_dict
 from strategies.offload import offload, onload
 from wmrl.algorithms import grpo
 from wmrl.algorithms import update as stages
-from wmrl.algorithms.config import AlgorithmConfig
+from wmrl.algorithms.config import AlgorithmConfig, check_optimizer_dtype
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.build import build
 from wmrl.errors import ConfigError
@@ -121,6 +121,7 @@ class GRPOModule(L.LightningModule):
         # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
         self.pace = None if pace is None else build(pace, _recursive_=False)
         self.lora = has_lora(self.policy)
+        check_optimizer_dtype(self.policy, cfg.optimizer_dtype)
         # checkpoints of a LoRA policy hold its adapters; the base is rebuilt from config
         self.strict_loading = not self.lora
         self.reference_policy = None

@@ -45,6 +45,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 # the choice lists are the code's own
+DType = _choices("DType", tuple(DTYPES))
 Placement = _choices("Placement", PLACEMENTS)
 RolloutDevice = _choices("RolloutDevice", DEVICES)
 Transport = _choices("Transport", TRANSPORTS)
@@ -88,6 +89,7 @@ class RolloutSchema:
     overlap_resets: bool = True
     compute_on_cpu: bool = False
     weight_sync: WeightSyncSchema = field(default_factory=WeightSyncSchema)
+    policy_dtype: Optional[DType] = None
 
     def __post_init__(self) -> None:
         require_positive("rollout", self, "num_envs", "rollout_epochs", "max_episode_steps", "chunk",
@@ -194,7 +196,6 @@ class TaskSchema:
                      f"task.unseen_eval_seed={self.unseen_eval_seed} are scored by the sim eval)")
 
 
-DType = _choices("DType", tuple(DTYPES))
 PolicyAttention = _choices("PolicyAttention", SUPPORTED_ATTN)
 
 
@@ -210,10 +211,17 @@ class PolicySchema:
     attn_implementation: PolicyAttention = PolicyAttention["sdpa"]
     seed: int = 0
     fused_ops: Optional[Union[bool, str]] = False
+    lora: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         from strategies.devices import FAMILIES  # torch: imported only when a config is checked
         from strategies.fused import fused_ops_config
+
+        if self.lora is not None and not self.lora.get("path"):
+            from wmrl.lora import lora_config  # the spec's keys and values, before any build
+            from wmrl.policies.openvla_oft import LORA_TARGETS
+
+            lora_config(self.lora, LORA_TARGETS)
 
         kinds = ["cpu", *FAMILIES]
         require("policy.fused_ops", self.fused_ops,

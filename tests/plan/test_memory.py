@@ -15,9 +15,11 @@ def test_trainer_state_is_sharded_over_the_devices():
     p = default.params["policy"]["params"]
     t = default.roles["trainer"]
     assert default.header["shard_group"] == 8
-    assert t.resident["weights"] == 2 * p // 8 and t.working["grads"] == 2 * p // 8
-    assert t.resident["adamw_m_v_fp32"] == 8 * p // 8
-    assert t.resident["master_weights_fp32"] == 4 * p // 8  # bf16 params: fp32 masters
+    # float32 master weights (the trained parameters themselves), computing in bf16
+    assert default.header["optimizer_dtype"] == "float32"
+    assert default.header["compute_dtype"] == "bfloat16"
+    assert t.resident["weights"] == 4 * p // 8 and t.working["grads"] == 4 * p // 8
+    assert t.resident["adamw_m_v_float32"] == 8 * p // 8 and "master" not in str(t.resident)
     # one Llama layer is the largest FSDP unit; the root holds embeddings, lm_head, projector
     assert default.header["fsdp_unit_params"] == 202_383_360
     on, off = default.activations["on"], default.activations["off"]
@@ -25,8 +27,33 @@ def test_trainer_state_is_sharded_over_the_devices():
     assert 4 * GB < on["total"] < 12 * GB < 80 * GB < off["total"]
     one = plan_for("trainer.devices=1")  # replicated: the whole trainer state on one device
     assert one.header["shard_group"] == 1
-    assert one.roles["trainer"].resident["adamw_m_v_fp32"] == 8 * p
+    assert one.roles["trainer"].resident["adamw_m_v_float32"] == 8 * p
     assert one.roles["trainer"].peak > 120 * GB
+
+
+def test_each_precision_setting_is_counted_as_it_runs():
+    """16 bytes a parameter for float32 master weights (4 weight, 4 gradient, 8 m + v); 8 for
+    AdamW on bf16 weights (the knowing choice); LoRA: the bf16 base's 2 bytes a parameter plus
+    16 per float32 adapter parameter. A bf16 policy with float32 AdamW is refused, as the fit
+    refuses it."""
+    import pytest
+
+    from wmrl.errors import ConfigError
+
+    p = default_plan().params["policy"]["params"]
+    bf16 = plan_for("policy.dtype=bfloat16", "algorithm.optimizer_dtype=bfloat16")
+    t = bf16.roles["trainer"]
+    assert t.resident["weights"] == 2 * p // 8 and t.working["grads"] == 2 * p // 8
+    assert t.resident["adamw_m_v_bfloat16"] == 4 * p // 8
+    lora = plan_for("policy.dtype=bfloat16", "policy/lora=rlinf")
+    a = lora.header["trained_params"]
+    assert 50e6 < a < 200e6 and lora.header["lora"]  # rank 32 on RLinf's targets
+    t = lora.roles["trainer"]
+    assert t.working["grads"] == 4 * a // 8 and t.resident["adamw_m_v_float32"] == 8 * a // 8
+    assert t.resident["weights"] == (2 * p + 4 * a) // 8
+    assert t.peak < default_plan().roles["trainer"].peak / 2
+    with pytest.raises(ConfigError, match="algorithm.optimizer_dtype=float32 but the trained"):
+        plan_for("policy.dtype=bfloat16")
 
 
 def test_reference_world_model_resident():

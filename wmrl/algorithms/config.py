@@ -19,6 +19,11 @@ from wmrl.algorithms.lr_schedule import LR_SCHEDULES
 from wmrl.errors import ConfigError, require, require_choice, require_positive
 
 
+# the dtype of the weights AdamW steps, and of its m and v (GRPOModule checks the trainable
+# parameters against it): float32 = master weights; 16 bits only as a knowing choice
+OPTIMIZER_DTYPES = ("float32", "bfloat16", "float16")
+
+
 @dataclass
 class AlgorithmConfig:
     # optimizer (AdamW) and learning rate over the run's training steps
@@ -31,6 +36,7 @@ class AlgorithmConfig:
     eps: float = 1e-5
     weight_decay: float = 0.01
     grad_clip: Optional[float] = 1.0
+    optimizer_dtype: str = "float32"
     # the clipped surrogate and its aggregation (wmrl/algorithms/grpo.py)
     clip_low: float = 0.2
     clip_high: float = 0.28
@@ -57,6 +63,7 @@ class AlgorithmConfig:
                          "lr_warmup_steps", "kl_coef", allow_zero=True)
         require_positive("algorithm", self, "lr_schedule_steps")
         require_choice("algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        require_choice("algorithm.optimizer_dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
         require_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
         require_choice("algorithm.adv_estimator", self.adv_estimator, tuple(ESTIMATORS))
         require_choice("algorithm.advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
@@ -87,3 +94,19 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm.{unknown[0]}: not a setting of the algorithm "
                               f"(wmrl.algorithms.config.AlgorithmConfig: {sorted(known)})")
         return cls(**values)
+
+
+def check_optimizer_dtype(policy: Any, optimizer_dtype: str) -> None:
+    """The trained parameters must be in ``algorithm.optimizer_dtype``: AdamW steps them (and
+    keeps m, v) in their own dtype, and a bf16 weight of scale 0.02 cannot move by lr 2e-5
+    (its spacing there is ~1e-4): most updates would round away unseen."""
+    found = sorted({str(p.dtype).removeprefix("torch.") for p in policy.parameters()
+                    if p.requires_grad})
+    if found and found != [optimizer_dtype]:
+        raise ConfigError(
+            f"algorithm.optimizer_dtype={optimizer_dtype} but the trained policy parameters are "
+            f"{'/'.join(found)}: for float32 master weights with bf16 compute set "
+            "policy.dtype=float32 and trainer.precision=bf16-mixed (or strategy.param_dtype="
+            "bfloat16 under FSDP), or train LoRA adapters (policy/lora=rlinf: float32 on a "
+            f"{'/'.join(found)} base); or accept AdamW in {found[0]} with "
+            f"algorithm.optimizer_dtype={found[0]} (docs/precision.md)")

@@ -4,16 +4,20 @@ Notation: P parameters, e bytes per element of the parameter dtype, N the FSDP s
 (``trainer.devices`` for ``strategy.shard_size: auto``; 1 without an FSDP strategy), b the
 micro-batch (``algorithm.micro_batch``), B the envs one env actor steps at once. GB = 1e9 bytes.
 
-Trainer policy (per device)
-  weights e P / N, grads e P / N, AdamW m + v in float32 8 P / N, float32 master weights
-  4 P / N when e < 4. FSDP transients: the all-gathered root group (parameters outside the wrap
-  units) + two gathered units (the one computing, the prefetched one) in e bytes + one unit's
-  unsharded float32 gradient (the reduce-scatter input). Units = the policy's
-  ``fsdp_wrap_classes`` (Llama decoder layer, ViT block), as ``strategy.wrap_classes`` should
-  list them. Activations of one micro-batch b: ``wmrl/plan/activations.py``.
+Trainer policy (per device), exactly what ``GRPOModule`` runs: every parameter in its own
+  dtype (``policy.dtype``; LoRA adapters float32) / N; the trained parameters T (all of them,
+  or LoRA's adapters) in ``algorithm.optimizer_dtype``: their gradients t / N and AdamW's m + v
+  2 t / N (t = their bytes). float32 trained weights are the master weights (no extra copy);
+  the computing copy is FSDP2's gathered units in c bytes (``strategy.param_dtype`` or the
+  Trainer's precision: 2 for bf16, else e). FSDP transients: the all-gathered root group
+  (parameters outside the wrap units) + two gathered units (the one computing, the prefetched
+  one) in c bytes + one unit's unsharded float32 gradient of its trained parameters (the
+  reduce-scatter input). Units = the policy's ``fsdp_wrap_classes`` (Llama decoder layer, ViT
+  block), as ``strategy.wrap_classes`` should list them. Activations of one micro-batch b:
+  ``wmrl/plan/activations.py``.
 
-Rollout policy (each policy actor): a full copy e P; one forward's working set at batch B
-  (``wmrl/plan/activations.py``).
+Rollout policy (each policy actor): a full copy in ``rollout.policy_dtype`` (null: e; LoRA
+  adapters float32); one forward's working set at batch B (``wmrl/plan/activations.py``).
 
 World model (each env actor): weights and buffers in their dtypes (DiT and action modules in
   ``dtype``, with diffusers' float32-kept DiT modules as ``from_pretrained`` keeps them; VAE in
@@ -41,7 +45,10 @@ from typing import Any
 
 from torch import nn
 
+from wmrl.algorithms.config import check_optimizer_dtype
 from wmrl.build import to_container
+from wmrl.dtypes import DTYPES
+from wmrl.lora import is_adapter_key
 from wmrl.plan.activations import (
     policy_dims,
     rollout_activation_bytes,
@@ -125,11 +132,23 @@ def _shard_group(cfg) -> int:
     return int(size)
 
 
-def _fsdp_units(policy: nn.Module) -> tuple[int, int]:
-    """(largest wrap unit, root group) in parameters."""
+def _fsdp_units(policy: nn.Module) -> tuple[int, int, int]:
+    """(largest wrap unit, root group, most trained parameters of a unit) in parameters."""
     classes = tuple(getattr(policy, "fsdp_wrap_classes", ()))
-    units = [numel(m) for m in policy.modules() if classes and isinstance(m, classes)]
-    return max(units, default=0), numel(policy) - sum(units)
+    units = [m for m in policy.modules() if classes and isinstance(m, classes)]
+    sizes = [numel(m) for m in units]
+    trained = [sum(q.numel() for q in m.parameters() if q.requires_grad) for m in units]
+    return max(sizes, default=0), numel(policy) - sum(sizes), max(trained, default=0)
+
+
+def _compute_bytes(cfg, e: int) -> int:
+    """c: bytes per element of the computing copy (FSDP2's gathered units, autocast)."""
+    strategy = cfg.get("strategy") or {}
+    dtype = str(strategy.get("param_dtype") or "")
+    precision = str(cfg.trainer.get("precision", ""))
+    if dtype in ("bfloat16", "float16") or precision.startswith(("bf16", "16")):
+        return 2
+    return 4 if dtype == "float32" else e
 
 
 def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
@@ -178,22 +197,37 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
 
     # trainer
     dims = policy_dims(policy, opt.prompt_tokens)
-    acts = {"on": train_activation_bytes(dims, micro, True),
-            "off": train_activation_bytes(dims, micro, False)}
-    unit, root = _fsdp_units(policy)
+    c = _compute_bytes(cfg, e)  # the trainer computes in c bytes (autocast, FSDP2 gathers)
+    acts = {"on": train_activation_bytes({**dims, "e": c}, micro, True),
+            "off": train_activation_bytes({**dims, "e": c}, micro, False)}
+    unit, root, unit_trained = _fsdp_units(policy)
+    optimizer_dtype = str(cfg.algorithm.get("optimizer_dtype", "float32"))
+    check_optimizer_dtype(policy, optimizer_dtype)  # as GRPOModule: what would not run
+    trained = [q for q in policy.parameters() if q.requires_grad]
+    pt, bt = sum(q.numel() for q in trained), sum(q.numel() * q.element_size() for q in trained)
     trainer = Role("trainer policy", note=f"FSDP over {n_shard}, micro_batch {micro}, seq "
-                   f"{dims['s']}, gradient checkpointing {'on' if ckpt else 'off'}")
-    trainer.resident["weights"] = e * p // n_shard
-    trainer.resident["adamw_m_v_fp32"] = 8 * p // n_shard
-    trainer.resident["master_weights_fp32"] = 4 * p // n_shard if e < 4 else 0
-    trainer.working["grads"] = e * p // n_shard
-    trainer.working["fsdp_gather_reduce"] = (e * (root + 2 * unit) + 4 * unit) if n_shard > 1 else 0
+                   f"{dims['s']}, gradient checkpointing {'on' if ckpt else 'off'}, "
+                   f"{pt:,} trained parameters in {optimizer_dtype}, computing in "
+                   f"{'bfloat16' if c == 2 else 'float32'}")
+    trainer.resident["weights"] = sum(q.numel() * q.element_size()
+                                      for q in policy.parameters()) // n_shard
+    trainer.resident[f"adamw_m_v_{optimizer_dtype}"] = 2 * bt // n_shard
+    trainer.working["grads"] = bt // n_shard
+    trainer.working["fsdp_gather_reduce"] = (c * (root + 2 * unit) + 4 * unit_trained
+                                             if n_shard > 1 else 0)
     trainer.working["activations"] = acts["on" if ckpt else "off"]["total"]
+
+    # the actors' copy: rollout.policy_dtype (null: the policy's own); adapters stay float32
+    ra = {"float32": 4, "bfloat16": 2, "float16": 2}.get(
+        DTYPES.get(str(r.get("policy_dtype")), ""), e)
+    actor_weights = sum(q.numel() * (q.element_size() if is_adapter_key(n) else ra)
+                        for n, q in policy.named_parameters()) + sum(
+        b.numel() * b.element_size() for b in policy.buffers())
 
     def rollout_role(batch: int) -> Role:
         role = Role("rollout policy", note=f"{batch} envs per forward")
-        role.resident["weights"] = nbytes(policy)
-        role.working["activations"] = rollout_activation_bytes(dims, batch)
+        role.resident["weights"] = actor_weights
+        role.working["activations"] = rollout_activation_bytes({**dims, "e": ra}, batch)
         return role
 
     def world_model_role(held: int, step: int) -> Role:
@@ -273,6 +307,9 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
                   checkpointing=ckpt, seq=dims["s"], prompt_tokens=opt.prompt_tokens,
                   frames=cond_frames + chunk, height=height, width=width,
                   policy_source=policy_src, world_model_source=wm_src,
-                  reward_source=reward_src, fsdp_unit_params=unit, fsdp_root_params=root)
+                  reward_source=reward_src, fsdp_unit_params=unit, fsdp_root_params=root,
+                  trained_params=pt, optimizer_dtype=optimizer_dtype,
+                  compute_dtype="bfloat16" if c == 2 else "float32",
+                  lora=bool(policy_cfg.get("lora")))
     return MemoryPlan(header, params, roles, {"on": acts["on"], "off": acts["off"]}, sweep,
                 placements, opt)

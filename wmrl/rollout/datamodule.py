@@ -26,8 +26,10 @@ import ray
 import torch
 
 from wmrl.build import to_container
+from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError
 from wmrl.interfaces import TrajectoryBatch
+from wmrl.lora import is_adapter_key
 from wmrl.rollout import placement as place
 from wmrl.rollout.actor_pool import ActorPool
 from wmrl.rollout.actor_sync import ActorSync
@@ -74,6 +76,7 @@ class RolloutDataModule(L.LightningDataModule):
         max_actor_restarts: int = 3,
         overlap_resets: bool = True,
         weight_sync: dict | None = None,
+        policy_dtype: str | None = None,
         tracing: bool = False,
         seed: int = 0,
     ):
@@ -112,8 +115,17 @@ class RolloutDataModule(L.LightningDataModule):
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
         sync = dict(to_container(weight_sync) or {})
+        # the actors' copy: the trainer's float32 master weights go out in policy_dtype
+        policy = to_container(policy)
+        self.policy_dtype = None
+        if policy_dtype is not None:
+            if policy_dtype not in DTYPES:
+                raise ConfigError(f"rollout.policy_dtype={policy_dtype!r}: one of "
+                                  f"{sorted(DTYPES)} or null (= policy.dtype)")
+            policy = dict(policy, dtype=policy_dtype)
+            self.policy_dtype = getattr(torch, DTYPES[policy_dtype])
         self.pool = ActorPool(
-            policy=to_container(policy), env=dict(env_cfg, **self.env_sizes),
+            policy=policy, env=dict(env_cfg, **self.env_sizes),
             placement=placement, stages=pipeline_stages, num_env_workers=num_env_workers,
             num_rollout_workers=num_rollout_workers, worker_cpus=worker_cpus,
             worker_threads=worker_threads, device=device, env_resources=env_resources,
@@ -250,7 +262,7 @@ class RolloutDataModule(L.LightningDataModule):
         if weights is None:
             raise RuntimeError("a rollout actor was restarted but the rollout was given no "
                                "weights to re-sync it (rollout(weights=...))") from None
-        self.sync.policy(weights(), self.sync.policy_version)
+        self.sync.policy(self._for_actors(weights()), self.sync.policy_version)
 
     def _held_resets(self, seed: int, ahead: tuple[int, dict]) -> dict | None:
         """The resets started ahead for step ``seed`` if every env actor still holds them
@@ -291,7 +303,16 @@ class RolloutDataModule(L.LightningDataModule):
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         """Send the trainer's weights to every policy actor as ``version``; returns seconds."""
-        return self.sync.policy(state_dict, version)
+        return self.sync.policy(self._for_actors(state_dict), version)
+
+    def _for_actors(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``rollout.policy_dtype``: the floating weights in the actors' dtype (LoRA adapters
+        stay float32 on both sides, wmrl.lora)."""
+        dt = self.policy_dtype
+        if dt is None:
+            return state
+        return {k: v.to(dt) if v.is_floating_point() and not is_adapter_key(k) else v
+                for k, v in state.items()}
 
     def sync_world_model(self, state_dict: dict[str, torch.Tensor], version: int,
                          reward_state_dict: dict[str, torch.Tensor] | None = None,

@@ -294,7 +294,9 @@ class RolloutActor:
         return self.weights.version
 
     def get_state(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy() for k, v in self.policy.state_dict().items()}
+        """The policy's weights (bf16 ones as float32, which numpy holds exactly)."""
+        return {k: (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy()
+                for k, v in self.policy.state_dict().items()}
 
     def pop_step_record(self) -> tuple[list[tuple[str, float, float]], list[dict], float]:
         """Once per step: busy intervals (role, start, end), this process's trace events and

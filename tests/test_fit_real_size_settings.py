@@ -1,8 +1,11 @@
-"""The tabletop fit with LoRA on its policy (``policy/lora=rlinf``), as users run it: real Ray
-actors get the adapters alone, the KL reference is the base, the checkpoint holds the adapters
-and resumes, and the result leaves as a merged policy in the shipped layout or as a peft
-adapter directory."""
+"""The tabletop fit in the two real-size settings, as users run them. LoRA on the policy
+(``policy/lora=rlinf``): real Ray actors get the adapters alone, the KL reference is the base,
+the checkpoint holds the adapters and resumes, and the result leaves as a merged policy in the
+shipped layout or as a peft adapter directory. Float32 master weights computing in bf16 with
+bf16 rollout actors (``trainer.precision=bf16-mixed rollout.policy_dtype=bfloat16``): the
+actors hold bf16 copies of the trainer's float32 weights."""
 
+import lightning as L
 import pytest
 import torch
 from conftest import CONF_DIR
@@ -15,7 +18,7 @@ from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy
 
 pytestmark = pytest.mark.slow
 
-TINY = ["policy/lora=rlinf", "policy.lora.rank=4", "logger=csv", "rollout.num_envs=8",
+TINY = ["logger=csv", "rollout.num_envs=8",
         "rollout.group_size=4", "task.max_episode_steps=16", "algorithm.global_batch=64",
         "algorithm.filter_groups=false", "algorithm.lr=1e-3", "callbacks.sim_eval=null"]
 
@@ -26,8 +29,11 @@ def run(tmp_path, steps, *extra):
                                              f"trainer.max_steps={steps}", *extra]))
 
 
+LORA = ["policy/lora=rlinf", "policy.lora.rank=4"]
+
+
 def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
-    trainer, module = run(tmp_path / "run", 1)
+    trainer, module = run(tmp_path / "run", 1, *LORA)
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     keys = set(ckpt["state_dict"])
     assert keys and all(is_adapter_key(k) for k in keys)  # no base, no reference copy
@@ -40,7 +46,7 @@ def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
     assert all(torch.equal(v, base[k]) for k, v in frozen.items())  # the base never moved
     moved = [k for k in trained if "lora_B" in k and trained[k].abs().max() > 0]
     assert moved  # B starts at zero (gaussian init): the step trained the adapters
-    trainer, module = run(tmp_path / "run", 2, "ckpt_path=last")
+    trainer, module = run(tmp_path / "run", 2, *LORA, "ckpt_path=last")
     assert trainer.global_step == 2 and module.policy_version == 2
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     export_policy(str(last), str(tmp_path / "merged"))
@@ -50,3 +56,31 @@ def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
     out = export_policy(str(last), str(tmp_path / "adapter"), adapter=True)
     assert out["rank"] == 4 and out["bytes"] < 0.1 * sum(
         v.numel() * v.element_size() for v in want.values())
+
+
+class ActorWeights(L.Callback):
+    """Keeps what the first policy actor holds, and the trainer's weights, after each step."""
+
+    seen: list = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        import ray
+
+        actor = trainer.datamodule.pool.policy_actors[0]
+        ActorWeights.seen.append((ray.get(actor.get_state.remote()),
+                                  {k: v.clone() for k, v in module.policy.state_dict().items()}))
+
+
+def test_master_weights_with_bf16_actors(tmp_path, ray_local):
+    """float32 weights trained under bf16 autocast; every sync sends the actors bf16 copies
+    (their policy is built bf16): the actors hold the trainer's step-1 weights, rounded."""
+    trainer, module = run(tmp_path / "run", 1, "trainer.precision=bf16-mixed",
+                          "rollout.policy_dtype=bfloat16",
+                          "+callbacks.probe._target_=test_fit_real_size_settings.ActorWeights")
+    assert {p.dtype for p in module.policy.parameters()} == {torch.float32}
+    held, want = ActorWeights.seen[-1]  # bf16 weights come back as float32 (numpy)
+    assert held.keys() == want.keys()
+    floats = [k for k, v in want.items() if v.is_floating_point()]
+    rounded = {k: want[k].to(torch.bfloat16).float() for k in floats}
+    assert all(torch.equal(torch.from_numpy(held[k]), rounded[k]) for k in floats)
+    assert any(not torch.equal(rounded[k], want[k]) for k in floats)  # so: bf16 copies
