@@ -36,6 +36,7 @@ FLOORS = {
     "build": 1, "safetensors_shards": 1, "tracing": 1, "run_logs": 1, "videos": 1,
     "sim": 1, "world_model": 1, "algorithms": 1,
     "lerobot": 1,  # LeRobot datasets read and written; imports errors and atomic only
+    "lora": 1,  # peft adapters on any model (policy, world model); imports errors and atomic
     "policies": 2, "rewards": 2,
     "envs": 3, "rollout": 3,
     "schema": 4,  # takes the choice lists from the components; none of them imports it

@@ -15,7 +15,6 @@ from wmrl.errors import ConfigError
 from wmrl.lora import (
     ADAPTER,
     adapters_disabled,
-    add_lora,
     is_adapter_key,
     lora_config,
     merged_state_dict,

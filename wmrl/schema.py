@@ -31,7 +31,8 @@ from omegaconf.errors import OmegaConfBaseException
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError, require, require_positive
-from wmrl.policies.openvla_oft import SUPPORTED_ATTN
+from wmrl.lora import lora_config
+from wmrl.policies.openvla_oft import LORA_TARGETS, SUPPORTED_ATTN
 from wmrl.rewards.shaping import RESAMPLE_RETURNS
 from wmrl.rollout.engine import PLACEMENTS
 from wmrl.rollout.placement import DEVICES
@@ -218,10 +219,7 @@ class PolicySchema:
         from strategies.fused import fused_ops_config
 
         if self.lora is not None and not self.lora.get("path"):
-            from wmrl.lora import lora_config  # the spec's keys and values, before any build
-            from wmrl.policies.openvla_oft import LORA_TARGETS
-
-            lora_config(self.lora, LORA_TARGETS)
+            lora_config(self.lora, LORA_TARGETS)  # the spec's keys and values, before a build
 
         kinds = ["cpu", *FAMILIES]
         require("policy.fused_ops", self.fused_ops,

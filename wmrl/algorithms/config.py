@@ -18,7 +18,6 @@ from wmrl.algorithms.grpo import ADVANTAGE_SCALES, AGGREGATIONS
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
 from wmrl.errors import ConfigError, require, require_choice, require_positive
 
-
 # the dtype of the weights AdamW steps, and of its m and v (GRPOModule checks the trainable
 # parameters against it): float32 = master weights; 16 bits only as a knowing choice
 OPTIMIZER_DTYPES = ("float32", "bfloat16", "float16")

@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 
 from strategies.checkpoint import load_full_state_dict
 from wmrl.atomic import atomic_dir
+from wmrl.build import build
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError, one_line
 from wmrl.lora import (
@@ -173,8 +174,6 @@ def merged_policy_state(policy_cfg: dict, source: str, lora_config: str,
                         adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The base policy from ``source`` with the checkpoint's adapters folded in, in the
     base's names (``W + s * B A``, wmrl/lora.py)."""
-    from wmrl.build import build
-
     spec = {**policy_cfg, "pretrained_path": source, "lora": None,
             "gradient_checkpointing": False, "fused_ops": False}
     policy = build(spec)
