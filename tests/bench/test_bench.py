@@ -18,6 +18,7 @@ TINY = {
     "finetune": {"batch": 1, "steps": 1, "ranks": (4,), "image": 32, "episodes": 2, "length": 17,
                  "stream_passes": 1},
     "lerobot": {"episodes": 2, "length": 4, "size": 32, "resize": 16, "repeats": 1},
+    "lora": {"batch": 2, "steps": 1, "warmup": 0, "ranks": (4,), "meta_7b": False},
     # one mode, the one with the fewest actors (each start imports torch and wmrl), and only
     # the run with overlap: the bench's code is the same for every mode and setting, the modes
     # and the overlap themselves are tests/rollout's
