@@ -22,8 +22,8 @@ import torch
 
 from wmrl.algorithms import grpo
 from wmrl.lora import adapters_disabled, is_adapter_key
-from wmrl.policies.openvla_oft import build_policy, build_policy_meta
 from wmrl.policies.configs import openvla_7b_config
+from wmrl.policies.openvla_oft import build_policy, build_policy_meta
 
 
 def _bytes(state: dict) -> int:
