@@ -32,8 +32,10 @@ SCENARIOS = {
 NO_CLIP, CLIP = 1e6, 1e-3  # CLIP is far below the gradient norm: clipping is active
 
 
-def make_batch(groups: list[str], seed: int) -> dict:
-    """A rollout batch in the engine's layout, with episodes of 1..K chunks."""
+def make_batch(groups: list[str], seed: int, c: int = C, d: int = D, s: int = S) -> dict:
+    """A rollout batch in the engine's layout, with episodes of 1..K chunks (of ``c`` steps of
+    ``d``-dim actions, ``s``-pixel images)."""
+    C, D, S = c, d, s  # the module's defaults, overridden
     g = torch.Generator().manual_seed(seed)
     n, steps = GROUP * len(groups), K * C
     success = torch.zeros(n, dtype=torch.bool)
@@ -94,6 +96,59 @@ def run_update(batches: list[dict], aggregation: str, strategy, grad_clip: float
     return {k: after[k] - before[k] for k in before}, dict(module.last_metrics)
 
 
+LORA_POLICY = {"_target_": "wmrl.policies.openvla_oft.build_policy",
+               "lora": {"rank": 4, "alpha": 8, "init": False}}  # B random: every adapter learns
+
+
+def lora_batches() -> list[dict]:
+    """The "uneven" scenario for the tiny OpenVLA-OFT (chunks of 8 x 7 tokens, 32 px)."""
+    return [make_batch(groups, seed=10 * r + 1, c=8, d=7, s=32)
+            for r, groups in enumerate(SCENARIOS["uneven"])]
+
+
+def run_lora_update(batches: list[dict], strategy, ckpt: str | None = None):
+    """One GRPO update of a LoRA policy (SGD lr 1 on the adapters, KL to the base) -> the
+    adapters' change; with ``ckpt``, saved there and read back into a fresh module."""
+    import lightning as L
+    from toys import GivenRollouts
+
+    from wmrl.module import GRPOModule
+
+    class SGDModule(GRPOModule):
+        def configure_optimizers(self):
+            return torch.optim.SGD([p for p in self.policy.parameters() if p.requires_grad],
+                                   lr=1.0)
+
+    def module():
+        torch.manual_seed(0)
+        return SGDModule(LORA_POLICY, group_size=GROUP, temperature=1.0, algorithm=dict(
+            grad_clip=NO_CLIP, global_batch=64, micro_batch=4, kl_coef=0.1))
+
+    def trainer():
+        return L.Trainer(accelerator="cpu", devices=len(batches), strategy=strategy(),
+                         max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         use_distributed_sampler=False)
+
+    def adapters(m):
+        return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+                for k, v in m.policy.state_dict().items() if ".lora_" in k}
+
+    first = module()
+    before = adapters(first)
+    t = trainer()
+    t.fit(first, datamodule=GivenRollouts(batches, per_rank=True))
+    after = adapters(first)
+    delta = {k: after[k] - before[k] for k in before}
+    if ckpt is None:
+        return delta
+    t.save_checkpoint(ckpt)  # HybridShardStrategy: a DCP folder of the adapters alone
+    again = module()
+    trainer().fit(again, datamodule=GivenRollouts(batches, per_rank=True), ckpt_path=ckpt)
+    restored = adapters(again)
+    return delta, max(float((restored[k] - after[k]).abs().max()) for k in after)
+
+
 def cases():
     for scenario in SCENARIOS:
         for aggregation in AGGREGATIONS:
@@ -120,6 +175,10 @@ def two_rank_main(out_dir: str) -> None:
             results[name, scenario, aggregation, clip] = run_update(
                 rank_batches(scenario), aggregation, strategy, clip)
         print(f"{name}: {time.perf_counter() - t:.1f} s", flush=True)
+    ckpt = os.path.join(out_dir, "lora.ckpt")
+    results["lora_fsdp2"] = run_lora_update(lora_batches(), lambda: HybridShardStrategy(
+        shard_size="world", param_dtype=None, reduce_dtype=None, gradient_clip_norm=None),
+        ckpt=ckpt)
     if torch.distributed.get_rank() == 0:
         torch.save(results, os.path.join(out_dir, "two_rank.pt"))
 
@@ -167,7 +226,17 @@ def test_two_ranks_update_exactly_as_one_rank_on_the_union(tmp_path):
         if proc.is_alive():
             proc.kill()
         assert proc.exitcode == 0, f"rank {rank} ended with {proc.exitcode} (its output above)"
+    lora_ref = run_lora_update([union(lora_batches())], lambda: "auto")
     results = torch.load(tmp_path / "two_rank.pt", weights_only=True)
+    # LoRA under FSDP2 (frozen base and float32 adapters in one sharded module): the
+    # adapters move as one rank's on the union; the checkpoint is a DCP folder of the
+    # adapters alone, and a fresh module restores them from it
+    lora_delta, restore_error = results.pop("lora_fsdp2")
+    assert rel_error(lora_delta, lora_ref) < 1e-5 and restore_error == 0.0
+    from strategies.checkpoint import load_full_state_dict
+
+    saved = load_full_state_dict(tmp_path / "lora.ckpt")
+    assert saved and all(".lora_" in k for k in saved)
     errors, metric_errors = {}, []
     for (name, scenario, aggregation, clip), (delta, metrics) in results.items():
         ref_delta, ref_metrics = refs[scenario, aggregation, clip]
