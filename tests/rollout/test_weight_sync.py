@@ -407,3 +407,29 @@ def test_gloo_collective_broadcasts_bit_exact(ray_local, group):
     want = ray.get(trainer.state.remote())
     assert all(same_bits(st, want) for st in ray.get([w.state.remote() for w in workers]))
     assert ray.get(workers[1].aliased.remote()) == []  # the collective wrote private copies
+
+
+def test_float32_master_weights_reach_bf16_actors_rounded():
+    """``rollout.policy_dtype=bfloat16`` beside float32 master weights: the actors build the
+    policy in bf16 and every sync sends the trainer's float32 weights rounded to bf16
+    (``RolloutDataModule._for_actors``), which their receiver takes as its own dtype."""
+    from types import SimpleNamespace
+
+    from wmrl.policies.openvla_oft import build_policy
+    from wmrl.rollout.datamodule import RolloutDataModule
+
+    trainer = build_policy()  # float32: the master weights
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(1e-3 * torch.randn_like(p))  # trained away from the actor's build
+    actor = build_policy(dtype="bfloat16")
+    sent = RolloutDataModule._for_actors(SimpleNamespace(policy_dtype=torch.bfloat16),
+                                         trainer.state_dict())
+    rx = WeightReceiver(actor)
+    assert rx.apply(WeightSender(use_object_store=False).prepare(sent, 3)) == 3
+    want = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+            for k, v in trainer.state_dict().items()}
+    assert same_bits(actor.state_dict(), want)
+    # without the cast the actor refuses the float32 payload by name, before writing
+    with pytest.raises(WeightSyncError, match="sync sends float32"):
+        rx.apply(WeightSender(use_object_store=False).prepare(trainer.state_dict(), 4))

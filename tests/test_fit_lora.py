@@ -1,11 +1,9 @@
-"""The tabletop fit in the two real-size settings, as users run them. LoRA on the policy
-(``policy/lora=rlinf``): real Ray actors get the adapters alone, the KL reference is the base,
-the checkpoint holds the adapters and resumes, and the result leaves as a merged policy in the
-shipped layout or as a peft adapter directory. Float32 master weights computing in bf16 with
-bf16 rollout actors (``trainer.precision=bf16-mixed rollout.policy_dtype=bfloat16``): the
-actors hold bf16 copies of the trainer's float32 weights."""
+"""The tabletop fit with LoRA on its policy (``policy/lora=rlinf``), as users run it, float32
+master weights computing in bf16 (``trainer.precision=bf16-mixed``): real Ray actors get the
+adapters alone, the KL reference is the base, the checkpoint holds the adapters and resumes,
+and the result leaves as a merged policy in the shipped layout or as a peft adapter directory.
+(bf16 actor copies of float32 weights, ``rollout.policy_dtype``: tests/rollout/test_weight_sync.py.)"""
 
-import lightning as L
 import pytest
 import torch
 from conftest import CONF_DIR
@@ -29,7 +27,7 @@ def run(tmp_path, steps, *extra):
                                              f"trainer.max_steps={steps}", *extra]))
 
 
-LORA = ["policy/lora=rlinf", "policy.lora.rank=4"]
+LORA = ["policy/lora=rlinf", "policy.lora.rank=4", "trainer.precision=bf16-mixed"]
 
 
 def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
@@ -56,31 +54,3 @@ def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
     out = export_policy(str(last), str(tmp_path / "adapter"), adapter=True)
     assert out["rank"] == 4 and out["bytes"] < 0.1 * sum(
         v.numel() * v.element_size() for v in want.values())
-
-
-class ActorWeights(L.Callback):
-    """Keeps what the first policy actor holds, and the trainer's weights, after each step."""
-
-    seen: list = []
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        import ray
-
-        actor = trainer.datamodule.pool.policy_actors[0]
-        ActorWeights.seen.append((ray.get(actor.get_state.remote()),
-                                  {k: v.clone() for k, v in module.policy.state_dict().items()}))
-
-
-def test_master_weights_with_bf16_actors(tmp_path, ray_local):
-    """float32 weights trained under bf16 autocast; every sync sends the actors bf16 copies
-    (their policy is built bf16): the actors hold the trainer's step-1 weights, rounded."""
-    trainer, module = run(tmp_path / "run", 1, "trainer.precision=bf16-mixed",
-                          "rollout.policy_dtype=bfloat16",
-                          "+callbacks.probe._target_=test_fit_real_size_settings.ActorWeights")
-    assert {p.dtype for p in module.policy.parameters()} == {torch.float32}
-    held, want = ActorWeights.seen[-1]  # bf16 weights come back as float32 (numpy)
-    assert held.keys() == want.keys()
-    floats = [k for k, v in want.items() if v.is_floating_point()]
-    rounded = {k: want[k].to(torch.bfloat16).float() for k in floats}
-    assert all(torch.equal(torch.from_numpy(held[k]), rounded[k]) for k in floats)
-    assert any(not torch.equal(rounded[k], want[k]) for k in floats)  # so: bf16 copies
