@@ -47,10 +47,16 @@ def test_lora_fit_resumes_and_exports(tmp_path, ray_local):
     trainer, module = run(tmp_path / "run", 2, *LORA, "ckpt_path=last")
     assert trainer.global_step == 2 and module.policy_version == 2
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    trained_now = module.policy.state_dict()
     export_policy(str(last), str(tmp_path / "merged"))
     back = OpenVLAOFTPolicy.from_pretrained(str(tmp_path / "merged"), unnorm_key="tabletop")
     want = merged_state_dict(module.policy)
     assert all(torch.equal(v, want[k]) for k, v in back.state_dict().items())
+    # scripts/eval.py's loader: the same policy config (its lora included) and the checkpoint
+    from wmrl.eval.policy_checkpoint import load_policy
+
+    evaluated = load_policy(module.hparams.policy, str(last)).state_dict()
+    assert all(torch.equal(v, trained_now[k]) for k, v in evaluated.items())
     out = export_policy(str(last), str(tmp_path / "adapter"), adapter=True)
     assert out["rank"] == 4 and out["bytes"] < 0.1 * sum(
         v.numel() * v.element_size() for v in want.values())

@@ -17,6 +17,7 @@ import torch
 from wmrl.asset_checks import check_policy
 from wmrl.build import build
 from wmrl.config import CONFIG_KEY, ConfigError, check_checkpoint, is_dcp_folder
+from wmrl.lora import has_lora, is_adapter_key
 
 PREFIX = "policy."
 
@@ -60,7 +61,8 @@ def check_ckpt(path: str, policy_cfg: dict) -> None:
 
 
 def load_policy(policy_cfg, ckpt_path: str | None = None):
-    """The configured policy in eval mode, with ``ckpt_path``'s weights when given."""
+    """The configured policy in eval mode, with ``ckpt_path``'s weights when given (a LoRA
+    fit's: its adapters over the base the config builds, ``policy/lora=...`` as in the fit)."""
     if isinstance(dict(policy_cfg).get("pretrained_path"), str):
         check_policy(dict(policy_cfg))  # whole weights of the config's shapes (headers only)
     if ckpt_path:
@@ -68,9 +70,11 @@ def load_policy(policy_cfg, ckpt_path: str | None = None):
     policy = build(policy_cfg)
     if ckpt_path:
         result = policy.load_state_dict(policy_state_from_ckpt(ckpt_path), strict=False)
-        if result.missing_keys or result.unexpected_keys:
+        # a LoRA fit's checkpoint holds its adapters; the frozen base came from the config
+        missing = [k for k in result.missing_keys if not has_lora(policy) or is_adapter_key(k)]
+        if missing or result.unexpected_keys:
             raise CheckpointKeyError(
                 f"ckpt_path {ckpt_path} does not match the configured policy: missing "
-                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}; use the "
+                f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}; use the "
                 "same policy config as the fit run")
     return policy.eval()
