@@ -386,3 +386,25 @@ def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tm
     rc, _ = _import_main(capsys, *base, "--out", out)
     assert rc == 0 and not (out / "old.txt").exists()
     assert (out / "transformer" / "config.json").is_file()
+
+
+def test_release_vae_shapes_are_wan22s_own_layout():
+    """``release_vae_shapes`` (the importer's rename run backwards, each name checked to come
+    back): at the fixture's tiny width, exactly the key / shape table of the state dict Wan2.2's
+    own ``WanVAE_`` saved; at Wan2.2's width, the published VAE's 704,688,668 parameters, whose
+    shapes ``vae_config`` reads back as the config they came from (a full-size release VAE for
+    checks before renting GPUs, without the 2.8 GB download)."""
+    import math
+
+    from wmrl.pipeline.rlinf.vae import release_vae_shapes, vae_config
+
+    state = torch.load(FIXTURES / "wan22_vae_tiny.pth", weights_only=True)
+    want = {k: tuple(v.shape) for k, v in state.items()}
+    assert release_vae_shapes(vae_config(want, [0.0] * 4, [1.0] * 4)) == want
+    wan22 = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4],
+                 num_res_blocks=2, attn_scales=[], temperal_downsample=[False, True, True],
+                 is_residual=True, in_channels=12, out_channels=12, patch_size=2)
+    full = release_vae_shapes(wan22)
+    assert sum(math.prod(s) for s in full.values()) == 704_688_668 and full.keys() == want.keys()
+    back = vae_config(full)
+    assert {k: back[k] for k in wan22} == wan22

@@ -69,6 +69,59 @@ def vae_name(key: str) -> str:
     raise ImportRefused(f"no VAE rename rule for {key!r}")
 
 
+_VAE_FIXED_BACK = {new: old for old, new in _VAE_FIXED.items()}
+
+
+def vae_release_name(name: str, blocks: dict[str, int]) -> str:
+    """A diffusers ``AutoencoderKLWan`` key in the original Wan2.2 layout: ``vae_name``'s
+    inverse. ``blocks``: resnets per stage (``encoder.down_blocks.0`` -> 2), where a stage's
+    down/upsampler follows them."""
+    for new, old in _VAE_FIXED_BACK.items():
+        if name.startswith(new) and name.count(".") == new.count("."):
+            return old + name[len(new):]
+    if m := re.match(r"^(encoder|decoder)\.mid_block\.(attentions|resnets)\.(\d+)\.(.+)$", name):
+        part, kind, i, rest = m.groups()
+        if kind == "attentions":
+            return f"{part}.middle.1.{rest}"
+        return _resnet_back(f"{part}.middle.{2 * int(i)}.{rest}")
+    if m := re.match(r"^(encoder\.down|decoder\.up)_blocks\.(\d+)\.(resnets\.(\d+)|"
+                     r"downsampler|upsampler)\.(.+)$", name):
+        part, stage, what, j, rest = m.groups()
+        kind = "down" if part.startswith("encoder") else "up"
+        index = j if j is not None else blocks[f"{part}_blocks.{stage}"]
+        key = f"{part}samples.{stage}.{kind}samples.{index}.{rest}"
+        return _resnet_back(key) if j is not None else key
+    raise ImportRefused(f"no Wan2.2 name for the VAE key {name!r}")
+
+
+def _resnet_back(key: str) -> str:
+    for old, new in _RESNET:
+        key = key.replace(new, old)
+    return key
+
+
+def release_vae_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """The key -> shape table of the release's ``Wan2.2_VAE.pth`` (original Wan2.2 layout) for
+    the diffusers ``AutoencoderKLWan`` ``config`` (built on meta; every name checked to come
+    back through ``vae_name``). For checks and benches of the importer at any size."""
+    from diffusers import AutoencoderKLWan
+
+    shapes = meta_shapes(AutoencoderKLWan, config)
+    blocks: dict[str, int] = {}
+    for name in shapes:
+        if m := re.match(r"^((?:encoder\.down|decoder\.up)_blocks\.\d+)\.resnets\.(\d+)\.",
+                         name):
+            blocks[m.group(1)] = max(blocks.get(m.group(1), 0), int(m.group(2)) + 1)
+    out = {}
+    for name, shape in shapes.items():
+        key = vae_release_name(name, blocks)
+        if vae_name(key) != name:
+            raise ImportRefused(f"the VAE key {name!r} has no Wan2.2 name ({key!r} maps to "
+                                f"{vae_name(key)!r})")
+        out[key] = shape
+    return out
+
+
 def vae_config(shapes: dict[str, tuple[int, ...]], latents_mean=None, latents_std=None) -> dict:
     """diffusers ``AutoencoderKLWan`` config (Wan2.2: residual, patchified) from the shapes."""
     need = ("encoder.conv1.weight", "conv2.weight", "decoder.head.2.weight")
