@@ -126,9 +126,9 @@ def _adapter_dir(path: str) -> str:
 
 
 def has_lora(module: nn.Module) -> bool:
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    return any(isinstance(m, BaseTunerLayer) for m in module.modules())
+    """Whether ``module`` carries adapters (by name: importing peft takes seconds, and every
+    rollout actor asks)."""
+    return any(is_adapter_key(name) for name, _ in module.named_parameters())
 
 
 def is_adapter_key(name: str) -> bool:
