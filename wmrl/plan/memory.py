@@ -43,8 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
+from strategies.precision import param_dtype_for_precision
 from wmrl.algorithms.config import check_optimizer_dtype
 from wmrl.build import to_container
 from wmrl.dtypes import DTYPES
@@ -142,13 +144,13 @@ def _fsdp_units(policy: nn.Module) -> tuple[int, int, int]:
 
 
 def _compute_bytes(cfg, e: int) -> int:
-    """c: bytes per element of the computing copy (FSDP2's gathered units, autocast)."""
-    strategy = cfg.get("strategy") or {}
-    dtype = str(strategy.get("param_dtype") or "")
-    precision = str(cfg.trainer.get("precision", ""))
-    if dtype in ("bfloat16", "float16") or precision.startswith(("bf16", "16")):
-        return 2
-    return 4 if dtype == "float32" else e
+    """c: bytes per element of the computing copy (FSDP2's gathered units, autocast), as
+    ``HybridShardStrategy.compute_param_dtype`` picks it: ``strategy.param_dtype``, else the
+    Trainer's precision, else the parameters' own."""
+    name = (cfg.get("strategy") or {}).get("param_dtype")
+    dtype = (getattr(torch, DTYPES[str(name)]) if name
+             else param_dtype_for_precision(cfg.trainer.get("precision")))
+    return dtype.itemsize if dtype is not None else e
 
 
 def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
@@ -218,8 +220,8 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
     trainer.working["activations"] = acts["on" if ckpt else "off"]["total"]
 
     # the actors' copy: rollout.policy_dtype (null: the policy's own); adapters stay float32
-    ra = {"float32": 4, "bfloat16": 2, "float16": 2}.get(
-        DTYPES.get(str(r.get("policy_dtype")), ""), e)
+    actor_dtype = r.get("policy_dtype")
+    ra = getattr(torch, DTYPES[str(actor_dtype)]).itemsize if actor_dtype else e
     actor_weights = sum(q.numel() * (q.element_size() if is_adapter_key(n) else ra)
                         for n, q in policy.named_parameters()) + sum(
         b.numel() * b.element_size() for b in policy.buffers())
