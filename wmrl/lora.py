@@ -136,6 +136,12 @@ def is_adapter_key(name: str) -> bool:
     return ".lora_" in name
 
 
+def synced_entries(module: nn.Module):
+    """What a weight sync of ``module`` carries, as a ``keep(name)`` filter: with adapters,
+    the adapters alone (the frozen base is built the same on both sides); else None, all."""
+    return is_adapter_key if has_lora(module) else None
+
+
 def adapter_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """The adapter's tensors under peft's saved names (``<name>.lora_A.weight``, no prefix)."""
     from peft import get_peft_model_state_dict
@@ -210,19 +216,17 @@ def adapters_disabled(module: nn.Module) -> Iterator[None]:
 def merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """``module``'s state in the base model's names with every adapter folded in
     (``W + s * B A``; the module itself is not changed)."""
-    from peft.tuners.lora import LoraLayer
-
-    deltas = {}
-    for name, m in module.named_modules():
-        if isinstance(m, LoraLayer) and ADAPTER in m.lora_A:
-            with torch.no_grad():
-                deltas[f"{name}.weight"] = m.get_delta_weight(ADAPTER)
+    modules = dict(module.named_modules())
     out = {}
     for key, value in module.state_dict().items():
-        if ".lora_" in key:
+        if is_adapter_key(key):
             continue
-        key = key.replace(".base_layer.", ".")
-        if key in deltas:  # summed in float32, rounded once to the weight's dtype
-            value = (value.float() + deltas[key].float()).to(value.dtype)
-        out[key] = value
+        owner, _, leaf = key.rpartition(".base_layer.")
+        if leaf == "weight" and ADAPTER in getattr(modules[owner], "lora_A", {}):
+            # one layer's delta at a time (all at once would be a second policy in float32),
+            # summed in float32 and rounded once to the weight's dtype
+            with torch.no_grad():
+                delta = modules[owner].get_delta_weight(ADAPTER)
+            value = (value.float() + delta.float()).to(value.dtype)
+        out[key.replace(".base_layer.", ".")] = value
     return out

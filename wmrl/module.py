@@ -86,7 +86,7 @@ from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.build import build
 from wmrl.errors import ConfigError
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
-from wmrl.lora import adapters_disabled, config_json, has_lora, is_adapter_key
+from wmrl.lora import adapters_disabled, config_json, has_lora, is_adapter_key, synced_entries
 from wmrl.tracing import Tracer
 
 _REFERENCE = "reference_policy."
@@ -251,7 +251,7 @@ class GRPOModule(L.LightningModule):
 
     def _synced_state(self) -> dict[str, torch.Tensor]:
         """What the actors need of the policy: all of it, or with LoRA the adapters alone."""
-        return full_state_dict(self.policy, keep=is_adapter_key if self.lora else None)
+        return full_state_dict(self.policy, keep=synced_entries(self.policy))
 
     def _pace_step(self) -> dict[str, float]:
         """A PACE round if one is due after this step (``trainer.global_step``: the steps

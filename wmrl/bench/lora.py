@@ -20,8 +20,9 @@ import time
 
 import torch
 
+from strategies.checkpoint import full_state_dict
 from wmrl.algorithms import grpo
-from wmrl.lora import adapters_disabled, is_adapter_key
+from wmrl.lora import adapters_disabled, synced_entries
 from wmrl.policies.configs import openvla_7b_config
 from wmrl.policies.openvla_oft import build_policy, build_policy_meta
 
@@ -31,10 +32,8 @@ def _bytes(state: dict) -> int:
 
 
 def _synced(policy) -> dict:
-    """What GRPOModule._synced_state sends: the adapters with LoRA, else everything."""
-    state = policy.state_dict()
-    lora = any(is_adapter_key(k) for k in state)
-    return {k: v for k, v in state.items() if not lora or is_adapter_key(k)}
+    """What GRPOModule sends its actors (``wmrl.lora.synced_entries``)."""
+    return full_state_dict(policy, keep=synced_entries(policy))
 
 
 def _step_fn(policy, obs, tokens, reference):
@@ -112,7 +111,7 @@ def run(batch: int = 8, steps: int = 5, warmup: int = 1, ranks: tuple[int, ...] 
         a = _synced(adapters)
         figures += [
             {"name": "lora.trained_params.7b_lora_r32",
-             "value": float(sum(v.numel() for v in a.values()) // 1), "unit": "params"},
+             "value": float(sum(v.numel() for v in a.values())), "unit": "params"},
             {"name": "lora.sync_bytes.7b_merged_bf16", "value": float(_bytes(merged.state_dict())),
              "unit": "B", "context": "every sync without LoRA (rollout.policy_dtype=bfloat16)"},
             {"name": "lora.sync_bytes.7b_lora_r32", "value": float(_bytes(a)), "unit": "B",

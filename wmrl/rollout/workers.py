@@ -26,7 +26,7 @@ import torch
 
 from strategies import devices
 from wmrl.build import build
-from wmrl.lora import has_lora, is_adapter_key
+from wmrl.lora import synced_entries
 from wmrl.rollout.placement import resolve_device
 from wmrl.rollout.sync_group import SyncGroup
 from wmrl.rollout.weight_sync.receiver import WeightReceiver
@@ -129,10 +129,9 @@ class RolloutActor:
         self.generator = torch.Generator(device=self.device)
         # version -1 until the first sync; zero-copy aliases the object store (CPU only)
         # LoRA: the frozen base is built here from the same spec; syncs carry the adapters
-        lora = self.policy is not None and has_lora(self.policy)
         self.weights = WeightReceiver(
             self.policy, zero_copy=zero_copy_weights and self.device.type == "cpu",
-            keep=is_adapter_key if lora else None) if self.policy else None
+            keep=synced_entries(self.policy)) if self.policy else None
         self.last_obs: dict[int, dict] = {}  # collocated: the env's obs for the policy
         self.last_actions: dict[int, torch.Tensor] = {}  # and the policy's actions for the env
         self.reset_seeds: dict[int, int] = {}  # stage -> seed of its reset, until it steps
