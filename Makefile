@@ -6,12 +6,15 @@ VPY     := $(VENV)/bin/python
 TORCH   ?= torch==2.13.0
 LOCK    ?= requirements/lock.txt
 STAMP   := $(VENV)/.installed
+# pytest workers (pytest-xdist) of `make test`, a test file each at a time (its module fixtures
+# built once); one process alone keeps about one of this 2-core machine's cores busy
+TEST_WORKERS ?= 2
 # the scratch venvs of `make lock` / `make test-latest`: outside the tree (third-party code)
 SCRATCH ?= $(HOME)/.cache/wmrl
 LOCK_VENV   := $(SCRATCH)/venv-lock
 LATEST_VENV := $(SCRATCH)/venv-latest
 
-.PHONY: fit test test-fast test-latest lock lint assets bench plan clean install install-ranges libero gpu-check
+.PHONY: fit test test-fast test-latest lock lint assets bench plan full-size-check clean install install-ranges libero gpu-check
 
 # torch first and pinned: this machine's CPU wheel, never a multi-GB CUDA build. Then the lock,
 # file for file (--require-hashes; --no-deps: the lock is the whole set), then wmrl itself.
@@ -50,7 +53,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip install -q -e ".[dev]" "$(TORCH)"
 	$(LATEST_VENV)/bin/python scripts/lock.py diff $(LOCK) | tee $(LATEST_VENV)/differs.txt
 	$(LATEST_VENV)/bin/python -m ruff check wmrl strategies callbacks scripts tests
-	$(LATEST_VENV)/bin/python -m pytest -q $(ARGS) || { echo; echo "make test-latest failed;" \
+	$(LATEST_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS) || { echo; echo "make test-latest failed;" \
 		"these releases are newer than the lock:"; cat $(LATEST_VENV)/differs.txt; exit 1; }
 
 install: $(STAMP)
@@ -69,7 +72,7 @@ fit: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m ruff check wmrl strategies callbacks scripts tests
-	$(VPY) -m pytest -q $(ARGS)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "not slow" $(ARGS)
@@ -80,6 +83,11 @@ bench: $(STAMP)
 # memory per role and placement for the real sizes, on the meta device (no GPU, no weights)
 plan: $(STAMP)
 	$(VPY) scripts/plan.py $(ARGS)
+
+# one part of a real fit at a time, at full size (random weights at the published shapes unless
+# the config points at checkpoints), each part's peak beside the plan's: before renting GPUs
+full-size-check: $(STAMP)
+	$(VPY) scripts/full_size_check.py $(ARGS)
 
 # On a machine with a CUDA card (prints "no accelerator: skipped" elsewhere); there the same
 # torch pin installs PyPI's CUDA build.

@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -8,6 +11,11 @@ ROOT = os.path.dirname(TESTS_DIR)
 CONF_DIR = os.path.join(ROOT, "conf")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# the training pool's rendered scenes (wmrl.envs.train_pool) in this session's own cache: two
+# pytest workers never render into one folder, and no test reads or fills the user's cache
+if "WMRL_CACHE" not in os.environ:
+    os.environ["WMRL_CACHE"] = tempfile.mkdtemp(prefix="wmrl-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["WMRL_CACHE"], ignore_errors=True)
 REAL_DEVICES = os.environ.get("WMRL_REAL_DEVICES") == "1"
 # tests live in folders that mirror the package; the shared helpers (toys.py) stay here
 if TESTS_DIR not in sys.path:

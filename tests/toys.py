@@ -8,7 +8,7 @@ termination) on the first chunk whose mean |action - target| is below ``toleranc
 on the image through one linear layer - just enough for GRPO to raise the success rate.
 ``assert_reward_contract``: the reward contract, checked by calling the reward.
 Ray actors import this module: it imports no Lightning (``GivenRollouts``, a DataModule, is
-in ``given_rollouts``, re-exported here on first use).
+in ``wmrl.rollout.given``, re-exported here on first use).
 """
 
 from __future__ import annotations
@@ -179,11 +179,11 @@ def count_renders(monkeypatch) -> list:
 
 
 def __getattr__(name):
-    """``GivenRollouts`` (a Lightning DataModule) lives in ``given_rollouts``: Ray actors
-    import this module to build the toy policy and env, and Lightning would add seconds to
-    every actor start."""
+    """``GivenRollouts`` (a Lightning DataModule, ``wmrl.rollout.given``) on first use: Ray
+    actors import this module to build the toy policy and env, and Lightning would add
+    seconds to every actor start."""
     if name == "GivenRollouts":
-        from given_rollouts import GivenRollouts
+        from wmrl.rollout.given import GivenRollouts
 
         return GivenRollouts
     raise AttributeError(f"module 'toys' has no attribute {name!r}")

@@ -19,14 +19,14 @@ from wmrl.pipeline.rlinf.dit import release_dit_shapes
 ROOT = Path(__file__).resolve().parents[2]
 DIM, FFN, LAYERS = 3072, 14336, 3  # the 5B's width (release_dit_shapes' defaults), 3 blocks
 
-# VmHWM, not ru_maxrss: the latter survives execve and so carries the parent's RSS at fork
+# the child's own peak (wmrl.peak_memory: VmHWM, which execve resets)
 CHILD = """
-import json, re, sys
+import json, sys
+from wmrl.peak_memory import host_peak
 from wmrl.pipeline.rlinf.dit import import_dit
 if sys.argv[1] != "baseline":
     import_dit([sys.argv[2]], sys.argv[3], shard_bytes=int(sys.argv[1]))
-hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
-print(json.dumps({"peak_rss_bytes": int(hwm) * 1024}))
+print(json.dumps({"peak_rss_bytes": host_peak()}))
 """
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -81,11 +82,13 @@ def read_pretrained_config(path: str, overrides: dict | None = None) -> dict:
     return config
 
 
-def write_pretrained(path: str, config: dict, state_dict: dict[str, torch.Tensor],
+def write_pretrained(path: str, config: dict,
+                     state_dict: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
                      tokenizer=None, max_shard_bytes: int = 5 * 2**30) -> None:
     """A policy in the upstream layout at ``path``, atomically (built in a temp dir, then
     renamed): ``config.json`` (``config`` as an OpenVLA config), ``dataset_statistics.json``,
-    the tokenizer's files and the weights in shards of ``max_shard_bytes``."""
+    the tokenizer's files and the weights in shards of ``max_shard_bytes``. ``state_dict``: a
+    mapping, or (name, tensor) pairs made lazily (a peak of about one shard)."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
@@ -101,8 +104,9 @@ def write_pretrained(path: str, config: dict, state_dict: dict[str, torch.Tensor
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         # own CPU copies: safetensors refuses tensors that share storage
+        items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
         write_sharded(tmp, ((k, v.detach().to("cpu").contiguous().clone())
-                            for k, v in state_dict.items()), max_shard_bytes)
+                            for k, v in items), max_shard_bytes)
         old = None
         if os.path.exists(path):
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)

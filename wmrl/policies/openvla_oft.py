@@ -34,6 +34,7 @@ from wmrl.policies.checkpoint import (
 from wmrl.policies.configs import openvla_7b_config, resolve_config, tiny_config
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
+from wmrl.random_weights import random_tensors
 
 # OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: the backends that honour it
 SUPPORTED_ATTN = ("eager", "sdpa")
@@ -466,6 +467,27 @@ def build_policy_meta(pretrained_path: str | None = None, config: dict | None = 
             add_lora(model, {k: v for k, v in _plain(lora).items() if k != "path"},
                      LORA_TARGETS)
     return model
+
+
+def write_random_policy(path: str, config: dict | None = None, dtype: str = "bfloat16",
+                        unnorm_key: str = "libero_spatial_no_noops", seed: int = 0,
+                        max_shard_bytes: int = 2 << 30) -> int:
+    """A checkpoint directory in the published layout with random weights
+    (``wmrl.random_weights``) at ``config``'s shapes (None: the published 7B), written a
+    shard at a time; returns its tensor bytes. What ``scripts/full_size_check.py`` loads when
+    ``policy.pretrained_path`` holds no checkpoint. Its tokenizer is the word-level one
+    (``build_tiny_tokenizer``) at the config's vocabulary size, its dataset statistics
+    ``unnorm_key``'s (the tiny config's bounds)."""
+    cfg = copy.deepcopy(config) if config is not None else openvla_7b_config()
+    with torch.device("meta"):
+        model = OpenVLAOFTPolicy(cfg, tokenizer=None, check_stats=False)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    cfg["norm_stats"] = {**(cfg.get("norm_stats") or {}), unnorm_key: next(
+        iter(tiny_config()["norm_stats"].values()))}
+    vocab = int(cfg["text_config"]["vocab_size"]) - int(cfg["pad_to_multiple_of"])
+    write_pretrained(path, cfg, random_tensors(shapes, _as_dtype(dtype), seed),
+                     build_tiny_tokenizer(vocab), max_shard_bytes)
+    return sum(math.prod(s) for s in shapes.values()) * _as_dtype(dtype).itemsize
 
 
 def _plain(x):

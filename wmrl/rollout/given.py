@@ -1,6 +1,7 @@
-"""``GivenRollouts``: a ``RolloutSource`` without Ray, for testing ``GRPOModule``'s step on
-hand-made batches (``from toys import GivenRollouts`` finds it; it is here because it needs
-Lightning, which the modules Ray actors import leave out)."""
+"""``GivenRollouts``: a ``RolloutSource`` without Ray that hands ``GRPOModule`` batches made
+beforehand: the tests' hand-made batches, and the full-size check's one GRPO update
+(``scripts/full_size_check.py``). Not imported by ``wmrl.rollout``: it needs Lightning,
+which the modules Ray actors import leave out."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class GivenRollouts(L.LightningDataModule):
     """A ``RolloutSource`` without Ray: ``rollout`` hands out the given trajectory batches in
     turn (``per_rank``: rank r always gets ``batches[r]``, as ``TrajectoryBatch`` kwargs) and
     ``sync_weights`` records the versions pushed - for testing ``GRPOModule``'s step on
-    hand-made batches."""
+    batches made beforehand."""
 
     placement = "disaggregated"
 
