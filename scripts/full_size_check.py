@@ -26,6 +26,10 @@ overrides) and runs each part of a fit once, alone, in a child process:
 ``grpo_full`` the same with every parameter trained, as the config says (the documented
               real-size setting: float32 master weights, bf16-mixed).
 
+On a CPU the GRPO parts run only when named (``+check.parts=[grpo_lora]``): torch computes a
+bf16 backward there in its reference GEMM, and one 7B micro-batch took over 30 minutes on 2
+cores. On a CPU the VAE runs in float32: bf16 3-D convolutions have no fast CPU kernel.
+
 Prints one JSON line per figure: seconds, and each role's peak memory beside ``make plan``'s
 prediction for the same setting (the same config, one device, the measured prompt length):
 the allocator's peak on a card, the resident set over the interpreter's on a CPU
@@ -60,12 +64,18 @@ from wmrl.plan.compose import REAL_SIZE  # noqa: E402
 GB = 1e9
 DEFAULTS = ("experiment=wovr_libero_spatial", "env=wovr_libero")
 PARTS = ("world_model", "rollout", "grpo_lora", "grpo_full")
+# On a CPU torch computes a bf16 matrix product's backward in its reference GEMM
+# (at::native::cpublas::cpublas_gemm_impl): one 7B micro-batch's backward ran for over 30 min
+# on 2 cores without finishing. The GRPO parts run there only when named.
+CPU_PARTS = ("world_model", "rollout")
+CPU_SKIP = ("on a CPU torch runs a bf16 backward in its reference GEMM (one 7B micro-batch: "
+            "over 30 min on 2 cores); name it in +check.parts to run it anyway")
 
 
 @dataclass
 class CheckOptions:
     """``+check.<name>=...`` on the command line."""
-    parts: tuple[str, ...] = PARTS
+    parts: tuple[str, ...] | None = None  # None: PARTS on a card; on a CPU without GRPO
     envs: int = 1                # envs one chunk step and one policy forward take
     micro_batch: int = 1         # samples per GRPO micro-batch
     workdir: str = "outputs/full_size_check"
@@ -94,7 +104,7 @@ def options_from(cfg) -> CheckOptions:
         raise ConfigError(f"+check.{sorted(unknown)[0]}: unknown; the options are "
                           f"{sorted(CheckOptions.__dataclass_fields__)}")
     opts = CheckOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()})
-    bad = set(opts.parts) - set(PARTS)
+    bad = set(opts.parts or ()) - set(PARTS)
     if bad:
         raise ConfigError(f"+check.parts: {sorted(bad)} unknown; choose from {list(PARTS)}")
     if opts.envs < 1 or opts.micro_batch < 1:
@@ -274,7 +284,11 @@ def main(user: list[str]) -> int:
                   "unit": "s", "params": r["params"]})
             paths += [f"policy.pretrained_path={out}", "policy.config=null"]
         free_now = free_memory(device)
-        for part in [p for p in PARTS if p in opts.parts]:
+        parts = opts.parts or (PARTS if device != "cpu" else CPU_PARTS)
+        for part in [p for p in PARTS if p not in parts]:
+            emit({"name": f"full_size_check.{part}.skipped", "why": (
+                CPU_SKIP if opts.parts is None else "not in +check.parts")})
+        for part in [p for p in PARTS if p in parts]:
             part_cfg = compose(user, [*paths, *part_overrides(part, opts, bool(cfg.policy.lora))])
             if part.startswith("grpo"):  # an actor part's single env needs no group
                 validate(part_cfg)
