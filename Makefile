@@ -7,7 +7,7 @@ TORCH   ?= torch==2.13.0
 LOCK    ?= requirements/lock.txt
 STAMP   := $(VENV)/.installed
 # pytest workers (pytest-xdist) of `make test`, a test file each at a time (its module fixtures
-# built once); one process alone keeps about one of this 2-core machine's cores busy
+# built once): one pytest process kept 0.87 of this 2-core machine's cores busy, two keep 1.45
 TEST_WORKERS ?= 2
 # the scratch venvs of `make lock` / `make test-latest`: outside the tree (third-party code)
 SCRATCH ?= $(HOME)/.cache/wmrl
