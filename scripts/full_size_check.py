@@ -56,10 +56,12 @@ sys.path.insert(0, str(ROOT))
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from strategies import devices  # noqa: E402
 from wmrl.build import to_container  # noqa: E402
 from wmrl.config import ConfigError, compose_config, validate  # noqa: E402
 from wmrl.errors import one_line  # noqa: E402
 from wmrl.plan.compose import REAL_SIZE  # noqa: E402
+from wmrl.plan.memory import PlanOptions  # noqa: E402
 
 GB = 1e9
 DEFAULTS = ("experiment=wovr_libero_spatial", "env=wovr_libero")
@@ -81,7 +83,7 @@ class CheckOptions:
     workdir: str = "outputs/full_size_check"
     keep: bool = False           # keep the generated release, world model and policy
     release: str | None = None   # a directory holding RLinf's release files
-    device: str | None = None    # default: cuda:0 when there is one, else cpu
+    device: str | None = None    # default: the first card of this process's family, else cpu
     tolerance: float = 0.15
     timeout_s: int = 3600        # per part
 
@@ -120,7 +122,8 @@ def free_memory(device: str) -> int:
         return kb * 1024
     import torch
 
-    return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    devices.import_vendor(torch.device(device).type)
+    return int(torch.accelerator.get_memory_info(torch.device(device))[0])
 
 
 def has_world_model(path) -> bool:
@@ -177,7 +180,7 @@ def run_child(part: str, spec: dict, workdir: Path, timeout_s: int) -> dict:
 
 def planned(cfg, role: str, prompt_tokens: int) -> dict:
     """``make plan``'s figures for ``role`` of ``cfg`` on one device."""
-    from wmrl.plan.memory import PlanOptions, make_plan
+    from wmrl.plan.memory import make_plan
 
     plan = make_plan(cfg, PlanOptions(prompt_tokens=prompt_tokens))
     r = plan.roles[role]
@@ -208,6 +211,7 @@ def part_overrides(part: str, opts: CheckOptions, lora: bool) -> list[str]:
     return [*update, "policy.lora=null"]
 
 
+PROMPT_TOKENS = PlanOptions.prompt_tokens  # the plan's own default, until a part measures one
 ROLE = {"world_model": "env", "rollout": "rollout", "grpo_lora": "trainer",
         "grpo_full": "trainer"}
 
@@ -220,9 +224,8 @@ def main(user: list[str]) -> int:
     except (ConfigError, ValueError) as err:
         print(f"full_size_check: {one_line(err)}", file=sys.stderr)
         return 2
-    import torch
-
-    device = opts.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    kind = devices.detect_device_type()  # npu, musa, cuda, else cpu
+    device = opts.device or (f"{kind}:0" if kind != "cpu" else "cpu")
     workdir = Path(opts.workdir).resolve()
     wm_path, policy_path = cfg.env.world_model.path, cfg.policy.pretrained_path
     write_policy = not has_policy(policy_path)
@@ -292,7 +295,7 @@ def main(user: list[str]) -> int:
             part_cfg = compose(user, [*paths, *part_overrides(part, opts, bool(cfg.policy.lora))])
             if part.startswith("grpo"):  # an actor part's single env needs no group
                 validate(part_cfg)
-            guess = planned(part_cfg, ROLE[part], 64)
+            guess = planned(part_cfg, ROLE[part], PROMPT_TOKENS)
             if guess["plan_gb"] * GB > 0.9 * free_now:
                 emit({"name": f"full_size_check.{part}.skipped", "plan_gb":
                       round(guess["plan_gb"], 1), "free_memory_gb": round(free_now / GB, 1),
@@ -307,8 +310,8 @@ def main(user: list[str]) -> int:
                 continue
             for key, value in r["seconds"].items():
                 emit({"name": f"full_size_check.{part}.{key}", "value": value, "unit": "s"})
-            row = compare(part, r["peak_bytes"], planned(part_cfg, ROLE[part],
-                                                         r["prompt_tokens"]),
+            row = compare(part, r["peak_bytes"], planned(
+                part_cfg, ROLE[part], r.get("prompt_tokens", PROMPT_TOKENS)),
                           opts.tolerance, device)
             emit({**row, **r.get("extra", {})})
             if not row["agrees"]:
@@ -366,12 +369,11 @@ def child_import(spec: dict, cfg) -> dict:
 
 
 def child_policy_checkpoint(spec: dict, cfg) -> dict:
-    from wmrl.policies.configs import tiny_config
+    from wmrl.plan.meta import build_policy
     from wmrl.policies.openvla_oft import write_random_policy
 
-    p = cfg.policy
-    arch = to_container(p.config) if p.get("config") else (
-        None if p.get("pretrained_path") else tiny_config())  # as build_policy_meta
+    p = cfg.policy  # its architecture as make plan builds it (absent checkpoint: the 7B's)
+    arch = build_policy({**to_container(p), "lora": None})[0].config
     t0 = time.perf_counter()
     nbytes = write_random_policy(spec["out"], arch, "bfloat16", str(p.unnorm_key))
     return {"seconds": round(time.perf_counter() - t0, 1), "params": nbytes // 2}
@@ -409,7 +411,7 @@ def child_world_model(spec: dict, cfg) -> dict:
     t3 = time.perf_counter()
     return {"seconds": {"load_s": round(t1 - t0, 1), "reset_s": round(t2 - t1, 1),
                         "chunk_step_s": round(t3 - t2, 1)},
-            "peak_bytes": peak.peak(), "prompt_tokens": 64,
+            "peak_bytes": peak.peak(),  # no prompt: the env role's plan does not read one
             "extra": {"envs": n, "rewards_finite": bool(np.isfinite(record["rewards"]).all())}}
 
 
