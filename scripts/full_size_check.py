@@ -68,7 +68,8 @@ DEFAULTS = ("experiment=wovr_libero_spatial", "env=wovr_libero")
 PARTS = ("world_model", "rollout", "grpo_lora", "grpo_full")
 # On a CPU torch computes a bf16 matrix product's backward in its reference GEMM
 # (at::native::cpublas::cpublas_gemm_impl): one 7B micro-batch's backward ran for over 30 min
-# on 2 cores without finishing. The GRPO parts run there only when named.
+# on 2 cores without finishing (scripts/bench.py cpu_bf16: a linear layer's forward and
+# backward 214x slower in bf16 than in float32 here). The GRPO parts run there only when named.
 CPU_PARTS = ("world_model", "rollout")
 CPU_SKIP = ("on a CPU torch runs a bf16 backward in its reference GEMM (one 7B micro-batch: "
             "over 30 min on 2 cores); name it in +check.parts to run it anyway")

@@ -14,6 +14,7 @@ import wmrl.bench
 # run() keyword arguments that shrink each bench to a few seconds (scripts/bench.py runs the
 # defaults, the real sizes); a bench without an entry fails test_every_bench_has_a_tiny_size
 TINY = {
+    "cpu_bf16": {"channels": 4, "size": 8, "tokens": 4, "width": 32, "hidden": 32},
     "eval": {"episodes": 2, "num_envs": 2, "max_episode_steps": 8, "image_size": 32},
     "finetune": {"batch": 1, "steps": 1, "ranks": (4,), "image": 32, "episodes": 2, "length": 17,
                  "stream_passes": 1},
