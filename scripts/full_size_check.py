@@ -26,9 +26,10 @@ overrides) and runs each part of a fit once, alone, in a child process:
 ``grpo_full`` the same with every parameter trained, as the config says (the documented
               real-size setting: float32 master weights, bf16-mixed).
 
-On a CPU the GRPO parts run only when named (``+check.parts=[grpo_lora]``): torch computes a
-bf16 backward there in its reference GEMM, and one 7B micro-batch took over 30 minutes on 2
-cores. On a CPU the VAE runs in float32: bf16 3-D convolutions have no fast CPU kernel.
+On a CPU the parts' bf16 linear layers run through float32 GEMMs with bf16 rounding
+(``wmrl.cpu_linear``): torch computes a bf16 matrix product there in its reference GEMM, and one
+7B GRPO micro-batch did not finish its backward in 30 minutes on 2 cores. The VAE runs in
+float32 there: bf16 3-D convolutions have no fast CPU kernel either.
 
 Prints one JSON line per figure: seconds, and each role's peak memory beside ``make plan``'s
 prediction for the same setting (the same config, one device, the measured prompt length):
@@ -66,19 +67,12 @@ from wmrl.plan.memory import PlanOptions  # noqa: E402
 GB = 1e9
 DEFAULTS = ("experiment=wovr_libero_spatial", "env=wovr_libero")
 PARTS = ("world_model", "rollout", "grpo_lora", "grpo_full")
-# On a CPU torch computes a bf16 matrix product's backward in its reference GEMM
-# (at::native::cpublas::cpublas_gemm_impl): one 7B micro-batch's backward ran for over 30 min
-# on 2 cores without finishing (scripts/bench.py cpu_bf16: a linear layer's forward and
-# backward 214x slower in bf16 than in float32 here). The GRPO parts run there only when named.
-CPU_PARTS = ("world_model", "rollout")
-CPU_SKIP = ("on a CPU torch runs a bf16 backward in its reference GEMM (one 7B micro-batch: "
-            "over 30 min on 2 cores); name it in +check.parts to run it anyway")
 
 
 @dataclass
 class CheckOptions:
     """``+check.<name>=...`` on the command line."""
-    parts: tuple[str, ...] | None = None  # None: PARTS on a card; on a CPU without GRPO
+    parts: tuple[str, ...] | None = None  # None: PARTS
     envs: int = 1                # envs one chunk step and one policy forward take
     micro_batch: int = 1         # samples per GRPO micro-batch
     workdir: str = "outputs/full_size_check"
@@ -256,6 +250,8 @@ def main(user: list[str]) -> int:
               "policy": "random, at the config's shapes" if write_policy else str(policy_path),
               "reward": "random, at the config's widths" if random_reward else reward_ckpt,
               "vae_dtype": "float32 (CPU)" if cpu_vae else cfg.env.world_model.get("vae_dtype"),
+              **({"bf16_linears": "float32 GEMMs, bf16 rounding (CPU: wmrl.cpu_linear)"}
+                 if device == "cpu" else {}),
               "disk_gb": round(need / GB, 1), "free_memory_gb": round(free_memory(device) / GB, 1)})
         paths = (["reward.checkpoint=null"] if random_reward
                  else [f"reward.checkpoint={reward_ckpt}"] if reward_ckpt else [])
@@ -288,10 +284,9 @@ def main(user: list[str]) -> int:
                   "unit": "s", "params": r["params"]})
             paths += [f"policy.pretrained_path={out}", "policy.config=null"]
         free_now = free_memory(device)
-        parts = opts.parts or (PARTS if device != "cpu" else CPU_PARTS)
+        parts = opts.parts or PARTS
         for part in [p for p in PARTS if p not in parts]:
-            emit({"name": f"full_size_check.{part}.skipped", "why": (
-                CPU_SKIP if opts.parts is None else "not in +check.parts")})
+            emit({"name": f"full_size_check.{part}.skipped", "why": "not in +check.parts"})
         for part in [p for p in PARTS if p in parts]:
             part_cfg = compose(user, [*paths, *part_overrides(part, opts, bool(cfg.policy.lora))])
             if part.startswith("grpo"):  # an actor part's single env needs no group
@@ -342,6 +337,20 @@ def dump(cfg, workdir: Path, name: str) -> str:
 
 
 # ---- the children ----------------------------------------------------------------------------
+def float32_gemms_on_cpu(spec: dict, *modules) -> dict:
+    """On a CPU, the bf16 linear layers of ``modules`` through float32 GEMMs: torch's bf16
+    GEMM there is its reference loop without AVX-512 BF16 or AMX (``wmrl.cpu_linear``). Returns
+    the result row's note: how many layers were switched."""
+    import torch
+
+    from wmrl.cpu_linear import bf16_linears_in_float32
+
+    if spec["device"] != "cpu":
+        return {}
+    n = bf16_linears_in_float32(*(m for m in modules if isinstance(m, torch.nn.Module)))
+    return {"float32_gemm_linears": n}
+
+
 def child_release(spec: dict, cfg) -> dict:
     from wmrl.pipeline.rlinf.synthetic import write_release
 
@@ -401,6 +410,8 @@ def child_world_model(spec: dict, cfg) -> dict:
     env = dict(build_datamodule(cfg).pool.env_cfg)
     t0 = time.perf_counter()
     actor = RolloutActor(env=env, shared_device=spec["device"], name="env-check")
+    gemms = float32_gemms_on_cpu(spec, *(m for e in actor.envs
+                                         for m in (e.model, e.reward_model)))
     t1 = time.perf_counter()
     peak.reset()
     actor.reset(0, seed=0)
@@ -413,7 +424,8 @@ def child_world_model(spec: dict, cfg) -> dict:
     return {"seconds": {"load_s": round(t1 - t0, 1), "reset_s": round(t2 - t1, 1),
                         "chunk_step_s": round(t3 - t2, 1)},
             "peak_bytes": peak.peak(),  # no prompt: the env role's plan does not read one
-            "extra": {"envs": n, "rewards_finite": bool(np.isfinite(record["rewards"]).all())}}
+            "extra": {"envs": n, "rewards_finite": bool(np.isfinite(record["rewards"]).all()),
+                      **gemms}}
 
 
 def child_rollout(spec: dict, cfg) -> dict:
@@ -427,6 +439,7 @@ def child_rollout(spec: dict, cfg) -> dict:
     image, tasks = first_states(cfg, n)
     t0 = time.perf_counter()
     actor = RolloutActor(policy=policy, shared_device=spec["device"], name="policy-check")
+    gemms = float32_gemms_on_cpu(spec, actor.policy)
     t1 = time.perf_counter()
     peak.reset()
     actions, record = actor.sample(0, {"image": image, "task": tasks},
@@ -435,7 +448,7 @@ def child_rollout(spec: dict, cfg) -> dict:
     return {"seconds": {"load_s": round(t1 - t0, 1), "sample_s": round(t2 - t1, 1)},
             "peak_bytes": peak.peak(),
             "prompt_tokens": len(actor.policy.prompt.encode_one(tasks[0])),
-            "extra": {"envs": n, "actions": list(actions.shape)}}
+            "extra": {"envs": n, "actions": list(actions.shape), **gemms}}
 
 
 def child_grpo(spec: dict, cfg) -> dict:
@@ -462,6 +475,7 @@ def child_grpo(spec: dict, cfg) -> dict:
         dones=dones, success=rewards.sum(1) > 0, version=0)
     t0 = time.perf_counter()
     module = build_module(cfg)
+    gemms = float32_gemms_on_cpu(spec, module)
     t1 = time.perf_counter()
     dev = torch.device(spec["device"])
     trainer = L.Trainer(accelerator=dev.type, devices=[dev.index or 0] if dev.type != "cpu"
@@ -479,7 +493,7 @@ def child_grpo(spec: dict, cfg) -> dict:
             "peak_bytes": peak.peak(),
             "prompt_tokens": len(module.policy.prompt.encode_one(tasks[0])),
             "extra": {"trained_params": trained, "micro_batches": 2,
-                      "optimizer_steps": m["train/optimizer_steps"]}}
+                      "optimizer_steps": m["train/optimizer_steps"], **gemms}}
 
 
 CHILDREN = {"release": child_release, "import": child_import,

@@ -31,13 +31,14 @@ def run(*args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
     work = tmp_path / "check"
-    out = run(*TINY, f"+check.workdir={work}",  # the GRPO parts run on a CPU when named
-              "+check.parts=[world_model,rollout,grpo_lora,grpo_full]")
+    out = run(*TINY, f"+check.workdir={work}")  # every part, the GRPO ones too on a CPU
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
     setup = rows["full_size_check.setup"]
     assert (setup["world_model"], setup["release"]) == ("imported", "synthetic")
     assert setup["reward"] == "random, at the config's widths"  # the release's file is absent
+    assert setup["bf16_linears"].startswith("float32 GEMMs")  # wmrl.cpu_linear on a CPU
+    assert not any(name.endswith(".skipped") for name in rows)
     # the synthetic DiT at width 32 (2 heads of 16), ffn 48, 48 channels, freq 16, 1 block:
     # outside the blocks 29,664 (patch 6,176, time 544 + 1,056 + 6,336, head 6,336 + 64,
     # action 256 + 1,056 + 3,712 + 4,128), one block 11,984 (2 attentions of 4 x 1,056 + 2 x
@@ -50,6 +51,8 @@ def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
         assert peak["plan_gb"] == pytest.approx(
             peak["plan_resident_gb"] + peak["plan_working_gb"], abs=2e-3)
     assert rows["full_size_check.world_model.peak_gb"]["rewards_finite"]
+    for part in ("world_model", "rollout", "grpo_lora", "grpo_full"):  # bf16 on a CPU:
+        assert rows[f"full_size_check.{part}.peak_gb"]["float32_gemm_linears"] > 0
     assert rows["full_size_check.world_model.chunk_step_s"]["value"] > 0
     assert rows["full_size_check.rollout.peak_gb"]["actions"] == [1, 8, 7]
     lora, every = (rows[f"full_size_check.{p}.peak_gb"] for p in ("grpo_lora", "grpo_full"))

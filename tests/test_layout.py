@@ -33,7 +33,7 @@ def files(package: str, skip: tuple[str, ...] = ()):
 # and nothing runs back up). A node is a package of wmrl or one of its top-level modules.
 FLOORS = {
     "wmrl": 0, "errors": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0, "dtypes": 0,
-    "peak_memory": 0, "random_weights": 0,  # torch only
+    "peak_memory": 0, "random_weights": 0, "cpu_linear": 0,  # torch only
     "build": 1, "safetensors_shards": 1, "tracing": 1, "run_logs": 1, "videos": 1,
     "sim": 1, "world_model": 1, "algorithms": 1,
     "lerobot": 1,  # LeRobot datasets read and written; imports errors and atomic only
