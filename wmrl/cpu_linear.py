@@ -2,7 +2,7 @@
 
 On a CPU without AVX-512 BF16 or AMX, torch runs a bf16 matrix product in its reference GEMM
 (``at::native::cpublas::cpublas_gemm_impl``): ``scripts/bench.py cpu_bf16`` measures a linear
-layer's forward and backward 214x slower in bf16 than in float32 on this project's 2-core
+layer's forward and backward 135-214x slower in bf16 than in float32 on this project's 2-core
 machine, and one 7B GRPO micro-batch did not finish its backward in 30 minutes. After
 ``bf16_linears_in_float32(model)`` every bf16 linear layer of ``model`` on the CPU runs as
 
