@@ -63,6 +63,7 @@ from wmrl.config import ConfigError, compose_config, validate  # noqa: E402
 from wmrl.errors import one_line  # noqa: E402
 from wmrl.plan.compose import REAL_SIZE  # noqa: E402
 from wmrl.plan.memory import PlanOptions  # noqa: E402
+from wmrl.plan.meta import has_world_model  # noqa: E402
 
 GB = 1e9
 DEFAULTS = ("experiment=wovr_libero_spatial", "env=wovr_libero")
@@ -119,12 +120,6 @@ def free_memory(device: str) -> int:
 
     devices.import_vendor(torch.device(device).type)
     return int(torch.accelerator.get_memory_info(torch.device(device))[0])
-
-
-def has_world_model(path) -> bool:
-    root = Path(str(path)) if path else None
-    return root is not None and all(
-        (root / d / "config.json").is_file() for d in ("transformer", "vae", "action"))
 
 
 def has_policy(path) -> bool:

@@ -60,6 +60,14 @@ def _keep_fp32(model: nn.Module, names: list[str] | None) -> None:
             param.data = param.data.float()
 
 
+WORLD_MODEL_CONFIGS = ("transformer/config.json", "vae/config.json", "action/config.json")
+
+
+def has_world_model(path) -> bool:
+    """Whether ``path`` holds an imported / saved world model (its three config.json files)."""
+    return bool(path) and all((Path(str(path)) / f).is_file() for f in WORLD_MODEL_CONFIGS)
+
+
 def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
     """(the action-Wan world model on meta, in its dtypes, eval and frozen; where its
     architecture came from): the config.json files under ``path`` when all three are there,
@@ -70,11 +78,10 @@ def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
     dt = as_dtype(wm_cfg.get("dtype", "float32"))
     vdt = as_dtype(wm_cfg.get("vae_dtype", "float32"))
     root = Path(str(wm_cfg["path"])) if wm_cfg.get("path") else None
-    files = ("transformer/config.json", "vae/config.json", "action/config.json")
     verbosity = dlog.get_verbosity()
     dlog.set_verbosity_error()  # the "should be kept in float32" notice: handled below
     try:
-        if root is not None and all((root / f).is_file() for f in files):
+        if has_world_model(root):
             acfg = json.loads((root / "action" / "config.json").read_text())
             shift = acfg.pop("flow_shift", 5.0)
             with torch.device("meta"):
