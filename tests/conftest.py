@@ -16,6 +16,12 @@ os.environ.setdefault("WANDB_SILENT", "true")
 if "WMRL_CACHE" not in os.environ:
     os.environ["WMRL_CACHE"] = tempfile.mkdtemp(prefix="wmrl-test-cache-")
     atexit.register(shutil.rmtree, os.environ["WMRL_CACHE"], ignore_errors=True)
+# pytest-xdist workers (make test: TEST_WORKERS): each worker's torch, and the processes it
+# starts, take their share of this machine's cores, not all of them each (two workers of 2
+# OpenMP threads on 2 cores oversubscribe). Set before any test imports torch.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
 REAL_DEVICES = os.environ.get("WMRL_REAL_DEVICES") == "1"
 # tests live in folders that mirror the package; the shared helpers (toys.py) stay here
 if TESTS_DIR not in sys.path:

@@ -135,3 +135,9 @@ def test_peft_lora_layers_are_switched_with_their_base():
     # the LoRA layer's base and its A and B: 3, and the untouched second layer: 4
     assert bf16_linears_in_float32(lora) == 4
     assert type(lora.base_model.model[0].base_layer) is Float32GemmLinear
+
+
+def test_mismatched_dtypes_fail_as_the_stock_layer_does():
+    _, lin = both(nn.Linear(8, 4).bfloat16())
+    with pytest.raises(RuntimeError):  # float32 input, bf16 weight, no autocast: a bug on a card
+        lin(torch.randn(2, 8))

@@ -12,10 +12,11 @@ machine, and one 7B GRPO micro-batch did not finish its backward in 30 minutes. 
 which is what a bf16 GEMM accumulating in float32 computes (oneDNN's, cuBLAS's), up to the
 order of the sums. What the layer keeps for its backward is the bf16 ``x_b`` and ``W_b``, as the
 stock bf16 layer keeps, and the float32 copies are made ``BLOCK`` weight elements at a time, so
-a peak-memory reading stays the bf16 layer's. A linear layer is bf16 when its input or weight is
-bf16, or when CPU autocast runs in bf16 (Lightning's ``bf16-mixed``); a float32 input or weight
+a peak-memory reading stays the bf16 layer's. A linear layer is bf16 when its input and weight
+are bf16, or when CPU autocast runs in bf16 (Lightning's ``bf16-mixed``); a float32 input or weight
 is rounded to bf16 by a cast autograd sees, so its gradient comes back in float32, as
-autocast's. Other devices and float32 layers pass through untouched.
+autocast's. Other devices, float32 layers and mismatched dtypes (an error, as stock) go to
+``nn.Linear.forward``.
 
 It exists for measuring real-size bf16 work on a CPU (``scripts/full_size_check.py``); a run on
 a card never uses it. Only the given modules change; nothing of torch is patched.
@@ -84,7 +85,7 @@ class Float32GemmLinear(nn.Linear):
         autocast = (torch.is_autocast_enabled("cpu")
                     and torch.get_autocast_dtype("cpu") == torch.bfloat16)
         if (x.device.type == "cpu" and w.device.type == "cpu"
-                and (autocast or torch.bfloat16 in (x.dtype, w.dtype))):
+                and (autocast or x.dtype == w.dtype == torch.bfloat16)):  # else: as stock
             return _Bf16Linear.apply(_bf16(x), _bf16(w), None if b is None else _bf16(b))
         return super().forward(x)
 
