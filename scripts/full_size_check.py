@@ -73,7 +73,7 @@ PARTS = ("world_model", "rollout", "grpo_lora", "grpo_full")
 @dataclass
 class CheckOptions:
     """``+check.<name>=...`` on the command line."""
-    parts: tuple[str, ...] | None = None  # None: PARTS
+    parts: tuple[str, ...] = PARTS
     envs: int = 1                # envs one chunk step and one policy forward take
     micro_batch: int = 1         # samples per GRPO micro-batch
     workdir: str = "outputs/full_size_check"
@@ -102,7 +102,7 @@ def options_from(cfg) -> CheckOptions:
         raise ConfigError(f"+check.{sorted(unknown)[0]}: unknown; the options are "
                           f"{sorted(CheckOptions.__dataclass_fields__)}")
     opts = CheckOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()})
-    bad = set(opts.parts or ()) - set(PARTS)
+    bad = set(opts.parts) - set(PARTS)
     if bad:
         raise ConfigError(f"+check.parts: {sorted(bad)} unknown; choose from {list(PARTS)}")
     if opts.envs < 1 or opts.micro_batch < 1:
@@ -279,10 +279,9 @@ def main(user: list[str]) -> int:
                   "unit": "s", "params": r["params"]})
             paths += [f"policy.pretrained_path={out}", "policy.config=null"]
         free_now = free_memory(device)
-        parts = opts.parts or PARTS
-        for part in [p for p in PARTS if p not in parts]:
+        for part in [p for p in PARTS if p not in opts.parts]:
             emit({"name": f"full_size_check.{part}.skipped", "why": "not in +check.parts"})
-        for part in [p for p in PARTS if p in parts]:
+        for part in [p for p in PARTS if p in opts.parts]:
             part_cfg = compose(user, [*paths, *part_overrides(part, opts, bool(cfg.policy.lora))])
             if part.startswith("grpo"):  # an actor part's single env needs no group
                 validate(part_cfg)

@@ -34,6 +34,7 @@ from wmrl.rewards.resnet import (
     build_classifier,
 )
 from wmrl.safetensors_shards import INDEX_NAME
+from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
 
 __all__ = ["check_accelerator", "check_assets", "safetensors_shapes"]
 
@@ -179,8 +180,8 @@ def check_world_model(path: str, key: str = "env.world_model.path") -> None:
     from diffusers.utils import logging as dlog
 
     root = Path(path)
-    missing = [p for p in ("transformer/config.json", "vae/config.json", "action/config.json",
-                           "action/action_modules.safetensors") if not (root / p).is_file()]
+    missing = [p for p in (*CONFIG_FILES, f"action/{ACTION_WEIGHTS}")
+               if not (root / p).is_file()]
     if missing:
         raise ConfigError(f"{key}: {root}: not a world-model directory, missing {missing} "
                           f"(expected transformer/, vae/ and action/); {WM_FIX}")

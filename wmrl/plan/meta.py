@@ -22,6 +22,7 @@ from torch import nn
 from wmrl.policies.openvla_oft import build_policy_meta
 from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier
 from wmrl.world_model.action_wan import ActionConditioner, ActionWanModel, as_dtype
+from wmrl.world_model.files import CONFIG_FILES
 
 _BUILT: dict[str, Any] = {}  # meta modules by (builder, config): planning twice builds once
 
@@ -60,12 +61,9 @@ def _keep_fp32(model: nn.Module, names: list[str] | None) -> None:
             param.data = param.data.float()
 
 
-WORLD_MODEL_CONFIGS = ("transformer/config.json", "vae/config.json", "action/config.json")
-
-
 def has_world_model(path) -> bool:
     """Whether ``path`` holds an imported / saved world model (its three config.json files)."""
-    return bool(path) and all((Path(str(path)) / f).is_file() for f in WORLD_MODEL_CONFIGS)
+    return bool(path) and all((Path(str(path)) / f).is_file() for f in CONFIG_FILES)
 
 
 def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:

@@ -41,7 +41,7 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, pa
 from safetensors.torch import load_file, save_file
 
 from wmrl.atomic import atomic_dir
-from wmrl.world_model.files import ACTION_WEIGHTS
+from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
 from wmrl.world_model.objective import FlowMatchObjective
 from wmrl.world_model.sampler import euler_sample, inference_sigmas
 
@@ -356,8 +356,7 @@ class ActionWanModel(nn.Module):
         root = Path(path)
         missing = [
             str(root / p)
-            for p in ("transformer/config.json", "vae/config.json", "action/config.json",
-                      f"action/{ACTION_WEIGHTS}")
+            for p in (*CONFIG_FILES, f"action/{ACTION_WEIGHTS}")
             if not (root / p).is_file()
         ]
         if missing:

@@ -3,3 +3,4 @@
 modules, ``config.json``."""
 
 ACTION_WEIGHTS = "action_modules.safetensors"
+CONFIG_FILES = ("transformer/config.json", "vae/config.json", "action/config.json")
