@@ -27,6 +27,7 @@ from safetensors import safe_open
 from wmrl.envs.initial_states import FORMAT, TASKS, TENSORS
 from wmrl.errors import ConfigError
 from wmrl.policies import action_tokenizer as at
+from wmrl.policies.checkpoint import is_policy_dir
 from wmrl.policies.openvla_oft import build_policy, build_policy_meta
 from wmrl.rewards.resnet import (
     ResNetSuccessReward,
@@ -143,9 +144,9 @@ def check_policy(policy: Mapping, key: str = "policy.pretrained_path") -> None:
     if not root.is_dir():
         raise ConfigError(f"{key}: {root}: not a directory; point it at a save_pretrained "
                           "policy directory (config.json + safetensors)")
-    config = root / "config.json"
-    if not config.is_file():
+    if not is_policy_dir(root):
         raise ConfigError(f"{key}: {root}: has no config.json; {POLICY_FIX}")
+    config = root / "config.json"
     _read_json(config, key, POLICY_FIX)
     found, weights = _weight_shapes(root, INDEX_NAME, "*.safetensors", key, POLICY_FIX)
     if policy.get("_target_") != POLICY_TARGET:

@@ -12,17 +12,17 @@ architecture came from (the report's ``source`` lines).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from wmrl.policies.checkpoint import is_policy_dir
 from wmrl.policies.openvla_oft import build_policy_meta
 from wmrl.rewards.resnet import ResNetSuccessReward, build_classifier
 from wmrl.world_model.action_wan import ActionConditioner, ActionWanModel, as_dtype
-from wmrl.world_model.files import CONFIG_FILES
+from wmrl.world_model.files import is_world_model_dir
 
 _BUILT: dict[str, Any] = {}  # meta modules by (builder, config): planning twice builds once
 
@@ -41,7 +41,7 @@ def build_policy(policy_cfg: dict) -> tuple[nn.Module, str]:
         raise ValueError(f"plan: policy._target_ {policy_cfg.get('_target_')!r} is not the "
                          "OpenVLA-OFT policy (wmrl.policies.openvla_oft.build_policy)")
     path = policy_cfg.get("pretrained_path")
-    if path and os.path.isfile(os.path.join(str(path), "config.json")):
+    if is_policy_dir(path):
         source = f"config.json of {path}"
     elif policy_cfg.get("config") is not None:
         source = "policy.config"
@@ -61,11 +61,6 @@ def _keep_fp32(model: nn.Module, names: list[str] | None) -> None:
             param.data = param.data.float()
 
 
-def has_world_model(path) -> bool:
-    """Whether ``path`` holds an imported / saved world model (its three config.json files)."""
-    return bool(path) and all((Path(str(path)) / f).is_file() for f in CONFIG_FILES)
-
-
 def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
     """(the action-Wan world model on meta, in its dtypes, eval and frozen; where its
     architecture came from): the config.json files under ``path`` when all three are there,
@@ -79,7 +74,7 @@ def build_world_model(wm_cfg: dict) -> tuple[nn.Module, str]:
     verbosity = dlog.get_verbosity()
     dlog.set_verbosity_error()  # the "should be kept in float32" notice: handled below
     try:
-        if has_world_model(root):
+        if is_world_model_dir(root):
             acfg = json.loads((root / "action" / "config.json").read_text())
             shift = acfg.pop("flow_shift", 5.0)
             with torch.device("meta"):

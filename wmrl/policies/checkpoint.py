@@ -31,6 +31,13 @@ _SIDE_HEAD_RE = re.compile(
     r"^(action_head|proprio_projector|noisy_action_projector)--.*checkpoint.*\.pt$")
 
 
+def is_policy_dir(path) -> bool:
+    """Whether ``path`` is a policy checkpoint directory: it holds ``config.json`` (the
+    architecture, all the plan reads). Its weights are checked where they load
+    (``load_safetensors_dir``, ``wmrl.asset_checks``)."""
+    return bool(path) and os.path.isfile(os.path.join(str(path), "config.json"))
+
+
 def check_token_checkpoint(path: str) -> None:
     """Refuse openvla-oft's L1-regression (and diffusion) releases.
 

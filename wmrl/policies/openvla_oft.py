@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +26,7 @@ from wmrl.interfaces import PolicySample
 from wmrl.lora import add_lora
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.checkpoint import (
+    is_policy_dir,
     load_safetensors_dir,
     read_pretrained_config,
     write_pretrained,
@@ -451,7 +451,7 @@ def build_policy_meta(pretrained_path: str | None = None, config: dict | None = 
     ``config``, or the published 7B architecture (``openvla_7b_config``) when only an absent
     checkpoint path was given, or the tiny config when neither was given (as ``build_policy``).
     """
-    if pretrained_path and os.path.isfile(os.path.join(str(pretrained_path), "config.json")):
+    if is_policy_dir(pretrained_path):
         cfg = read_pretrained_config(str(pretrained_path), _plain(overrides))
     else:
         if config is not None:
