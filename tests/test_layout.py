@@ -32,8 +32,9 @@ def files(package: str, skip: tuple[str, ...] = ()):
 # The floors of the house: a module imports only from floors below its own (so no circles,
 # and nothing runs back up). A node is a package of wmrl or one of its top-level modules.
 FLOORS = {
-    "wmrl": 0, "errors": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0, "dtypes": 0,
-    "peak_memory": 0, "random_weights": 0, "cpu_linear": 0,  # torch only
+    "errors": -1,  # the leaf every module may import (atomic's refusals are ConfigErrors)
+    "wmrl": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0, "dtypes": 0,
+    "peak_memory": 0, "random_weights": 0,  # torch only
     "build": 1, "safetensors_shards": 1, "tracing": 1, "run_logs": 1, "videos": 1,
     "sim": 1, "world_model": 1, "algorithms": 1,
     "lerobot": 1,  # LeRobot datasets read and written; imports errors and atomic only
@@ -47,7 +48,8 @@ FLOORS = {
     "eval": 8, "pace": 8, "plan": 8, "module": 8,
     "fit": 9,  # assembles the trainer: the one runtime module that wires callbacks in
     "pipeline": 10,  # offline: importers, behaviour cloning, export (scripts/ run it)
-    "bench": 11,  # scripts/bench.py's figures
+    "full_size_check": 11,  # each part of a fit at full size beside the plan: runs pipeline/
+    "bench": 12,  # scripts/bench.py's figures (cpu_bf16: the full-size check's cpu_linear)
 }
 
 

@@ -4,17 +4,29 @@
 that pick a format by extension still work); when the block ends without an error the file is
 made readable (0644), flushed to disk and ``os.replace``d onto ``path`` - the old file stays
 valid until that instant. On an error the temporary file is removed and ``path`` is untouched.
-``atomic_dir(path)`` does the same for a whole directory (a model folder, a set of shards).
+``atomic_dir(path, writer)`` does the same for a whole directory (a model folder, a set of
+shards) and leaves a marker in it, ``.wmrl_output.json`` = ``{"writer": writer}``.
+
+No command deletes what it did not write: ``check_output_dir(path, writer, force)``, called by
+each command before any work, refuses a folder that exists and holds anything but an earlier
+output of the same writer, unless the user forces it (``--force`` / ``overwrite=true``);
+``atomic_dir`` refuses the same folders again before it swaps (defence in depth). The writer is
+the kind of folder where several commands write one kind (``world_model``: train_world_model.py,
+finetune_world_model.py, export.py --world-model), else the command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from wmrl.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -39,16 +51,97 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         Path(tmp).write_text(text)
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """A directory written whole or not at all: yields an empty temporary directory beside
-    ``path``; when the block ends without an error the old ``path`` (if any) is moved aside,
-    the new one renamed onto it and the old one removed. On an error ``path`` is untouched."""
+OUTPUT_MARKER = ".wmrl_output.json"
+
+# Folders written before the marker existed (the checked-in wmrl/assets/ among them), known by
+# a file only that writer makes (first tuple) and every entry matching its layout (second).
+# Layouts others publish too (a policy, a LeRobot dataset, a peft adapter) count only with a
+# file wmrl alone writes (sft_metrics.json), so a downloaded checkpoint is never taken for one.
+EARLIER_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "world_model": (("action/action_modules.safetensors",),
+                    ("transformer", "vae", "action", "metrics*.json")),
+    "import_rlinf": (("action/action_modules.safetensors",),
+                     ("transformer", "vae", "action", "initial_states")),
+    "initial_states": (("initial_states.safetensors",),
+                       ("initial_states.safetensors", "tasks.json", "sources.json")),
+    "policy": (("sft_metrics.json",),
+               ("config.json", "dataset_statistics.json", "*.safetensors",
+                "model.safetensors.index.json", "tokenizer*", "special_tokens_map.json",
+                "added_tokens.json", "sft_metrics.json")),
+    "reward": (("model.safetensors", "metrics.json"),
+               ("model.safetensors", "config.json", "metrics.json",
+                "closed_loop_calibration.json")),
+    "collect": (("meta.json",), ("meta.json", "episodes-*.safetensors")),
+}
+
+_forced: set[Path] = set()  # folders the user said to replace (check_output_dir's force)
+
+
+def written_by(path: str | os.PathLike) -> str | None:
+    """The writer an output folder names in its marker; None when unmarked or unreadable."""
+    try:
+        return json.loads((Path(path) / OUTPUT_MARKER).read_text()).get("writer")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _earlier_output(path: Path, writer: str) -> bool:
+    """An unmarked folder in ``writer``'s layout from before markers (``EARLIER_LAYOUTS``)."""
+    if writer not in EARLIER_LAYOUTS:
+        return False
+    signature, layout = EARLIER_LAYOUTS[writer]
+    return all((path / f).is_file() for f in signature) and all(
+        any(fnmatch.fnmatch(p.name, pat) for pat in layout) for p in path.iterdir())
+
+
+def check_output_dir(path: str | os.PathLike, writer: str, force: bool = False,
+                     key: str = "--out", force_flag: str | None = None) -> Path:
+    """Refuse, in one line naming ``key``, an output folder this writer may not replace.
+
+    Allowed: no folder, an empty one, one whose marker names ``writer``, an unmarked one in
+    ``writer``'s earlier layout, or any folder with ``force`` (remembered for this process, so
+    ``atomic_dir`` on the same path replaces it too). A file at ``path`` is always refused.
+    ``force_flag``: how the user forces it (default ``--force`` for an argparse ``key``,
+    else ``overwrite=true``)."""
     path = Path(path)
+    flag = force_flag or ("--force" if key.startswith("--") else "overwrite=true")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}={path} is a file: give a folder (a new or an empty one)")
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    if force:
+        _forced.add(path.resolve())
+        return path
+    other = written_by(path)
+    if other == writer or (other is None and _earlier_output(path, writer)):
+        return path
+    held = sorted(p.name for p in path.iterdir())
+    what = (f"is {other}'s output, not {writer}'s" if other else
+            f"holds files wmrl's {writer} did not write ({', '.join(held[:3])}"
+            f"{', ...' if len(held) > 3 else ''})")
+    raise ConfigError(f"{key}={path} {what}: pick a new or empty folder, or pass {flag} to "
+                      "replace it (everything in it is deleted)")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, writer: str | None = None,
+               force: bool = False) -> Iterator[Path]:
+    """A directory written whole or not at all: yields an empty temporary directory beside
+    ``path``; when the block ends without an error the marker naming ``writer`` is written
+    into it, the old ``path`` (if any) is moved aside, the new one renamed onto it and the old
+    one removed. On an error ``path`` is untouched. An existing ``path`` that
+    ``check_output_dir(path, writer, force)`` refuses is refused here before anything is
+    written. ``writer`` None: a part of a larger output (no marker; only a new or empty
+    ``path`` unless forced)."""
+    path = Path(path)
+    check_output_dir(path, writer or "", force or path.resolve() in _forced, key="path",
+                     force_flag="force=True")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         yield tmp
+        if writer:
+            (tmp / OUTPUT_MARKER).write_text(json.dumps({"writer": writer}) + "\n")
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
