@@ -1,4 +1,4 @@
-"""World-model training: metrics by hand, clip layout = the env's model input, and a tiny
+"""World-model training: metrics by hand, clips of every chunk, and a tiny
 collect -> VAE + transformer fit -> save -> WanWorldModelEnv(from_pretrained) pipeline."""
 
 import importlib.util
@@ -61,27 +61,15 @@ def _episode(t_len: int) -> Episode:
     return Episode(frames, actions, np.zeros(t_len + 1, bool), "task")
 
 
-def test_clip_layout_matches_env():
+def test_clips_of_every_chunk():
+    """``build_clips``: one clip per chunk of each episode (the layout itself:
+    tests/world_model/test_clip_layout.py)."""
     ep = _episode(20)
-    f, a = T.build_clip(ep.frames, ep.actions, 0)
-    # after reset: 5 copies of f_0 with reset actions (gripper -1), then f_1..f_8 / a_0..a_7
-    assert f[:, 0, 0, 0].tolist() == [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
-    assert (a[:5] == T.RESET_ACTION).all()
-    assert np.allclose(a[5:, 0], np.arange(8) / 100)
-    f, a = T.build_clip(ep.frames, ep.actions, 8)
-    # anchor f_0, the last 4 frames of the previous chunk f_5..f_8 with a_4..a_7, then new
-    assert f[:, 0, 0, 0].tolist() == [0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
-    assert (a[0] == T.RESET_ACTION).all()
-    assert np.allclose(a[1:, 0], np.arange(4, 16) / 100)
-    f, a = T.build_clip(ep.frames, ep.actions, 16)  # runs past T = 20: hold the last frame
-    assert f[5:, 0, 0, 0].tolist() == [17, 18, 19, 20, 20, 20, 20, 20]
-    assert np.allclose(a[9:, :6], 0) and (a[9:, 6] == 1.0).all()
     clips = T.build_clips([ep, _episode(8)])
     assert len(clips) == 4 and clips.start.tolist() == [0, 8, 16, 0]
+    assert clips.frames[2, 5:, 0, 0, 0].tolist() == [17, 18, 19, 20, 20, 20, 20, 20]
     assert clips.video([0]).shape == (1, 3, 13, 2, 2)
     assert clips.video([0]).min() == -1.0
-    last = T.chunk_actions(ep, 2)  # actions 16..19, then 4 hold actions
-    assert last.shape == (8, 7) and last[4:, 6].tolist() == [1] * 4 and np.allclose(last[4:, :6], 0)
 
 
 @pytest.fixture(scope="module")
@@ -194,12 +182,13 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     ep0 = next(iter(TrajectoryDataset(data)))
     from wmrl.finetune import world_model as T
     from wmrl.finetune.reward_data import _NeverSuccess
+    from wmrl.world_model.clip_layout import chunk_actions
 
     env = WanWorldModelEnv({"path": str(tmp_path / "wm"), "height": 32, "width": 32},
                            _NeverSuccess(), T.episode_initial_states([ep0]),
                            num_envs=1, max_episode_steps=16, seed=0, return_frames=True)
     env.reset(state_ids=[0])
-    first = env.chunk_step(torch.from_numpy(T.chunk_actions(ep0, 0))[None])[4]["frames"]
+    first = env.chunk_step(torch.from_numpy(chunk_actions(ep0.actions, 0))[None])[4]["frames"]
     # (batch size 2 vs 1: convolutions may round differently, so not bit-exact)
     assert np.abs(f[:8].astype(int) - first[0].numpy().astype(int)).max() <= 2
 

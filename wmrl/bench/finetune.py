@@ -32,10 +32,10 @@ import torch
 from omegaconf import OmegaConf
 
 from wmrl.bench.lerobot import FPS, synthetic_episode
-from wmrl.finetune.world_model import CHUNK, CONDITION_FRAMES
 from wmrl.finetune.world_model_clips import WorldModelClipData
 from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.lerobot.writer import write_lerobot
+from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "train_world_model.yaml"
 PARTS = ("encode", "forward", "backward", "optimizer")

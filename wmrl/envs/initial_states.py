@@ -29,8 +29,6 @@ from safetensors.torch import load_file, save_file
 
 from wmrl.atomic import atomic_path, write_text
 
-OPEN_GRIPPER = -1.0  # the gripper action of the condition slots after a reset (RLinf's
-                     # reset_gripper_open); an imported reset state without KIR context too
 FORMAT = "wmrl.initial_states/v1"
 TENSORS = "initial_states.safetensors"
 TASKS = "tasks.json"

@@ -4,7 +4,8 @@ rollout contract).
 
 One ``chunk_step(actions [B, 8, 7])``:
 
-* clip = 5 condition frames (frame 0 = the episode's initial image, a fixed anchor; frames
+* the input layout is ``wmrl.world_model.clip_layout``'s (the trainer's clips are built by it):
+  clip = 5 condition frames (frame 0 = the episode's initial image, a fixed anchor; frames
   1-4 = the last 4 frames generated) + 8 new frames = 13 frames = 4 latent frames
   (2 condition latents at timestep 0, 2 generated);
 * actions for all 13 frames = [5 condition actions ; 8 new actions]; the condition actions
@@ -52,7 +53,6 @@ import numpy as np
 import torch
 
 from wmrl.envs.initial_states import (
-    OPEN_GRIPPER,
     InitialStates,
     build_initial_states,
     group_state_ids,
@@ -61,6 +61,7 @@ from wmrl.envs.initial_states import (
 from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
 from wmrl.rewards.shaping import RESAMPLE_RETURNS, chunk_success, resample_shift, shape_rewards
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
+from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES, reset_actions
 
 
 def _build_reward(reward):
@@ -89,8 +90,8 @@ class WanWorldModelEnv:
         initial_states,
         num_envs: int,
         group_size: int = 1,
-        chunk: int = 8,
-        condition_frames: int = 5,
+        chunk: int = CHUNK,
+        condition_frames: int = CONDITION_FRAMES,
         num_inference_steps: int = 5,
         max_episode_steps: int = 256,
         success_threshold: float = 0.9,
@@ -175,9 +176,7 @@ class WanWorldModelEnv:
         return self._u8_table[frames.long()].permute(0, 4, 1, 2, 3)
 
     def _zero_cond_actions(self, n: int) -> torch.Tensor:
-        a = torch.zeros(n, self.condition_frames, self.action_dim, device=self.device)
-        a[..., -1] = OPEN_GRIPPER
-        return a
+        return reset_actions(n, self.condition_frames, self.action_dim, self.device)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

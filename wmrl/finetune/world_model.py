@@ -1,17 +1,8 @@
 """Train the action-conditioned Wan world model on simulator trajectories.
 
-Clips are built exactly as ``WanWorldModelEnv.chunk_step`` builds its model input, so the
-model is trained on the distribution it is run on. For a chunk that starts after ``s``
-executed actions (``s`` a multiple of the chunk, 8, counted from the episode start):
-
-    frames  [13] = [f_0 ; f_{s-3}, f_{s-2}, f_{s-1}, f_s ; f_{s+1} .. f_{s+8}]
-    actions [13] = [r ; a_{s-4}, a_{s-3}, a_{s-2}, a_{s-1} ; a_s .. a_{s+7}]
-
-f_t is the observation after t actions (f_0 the initial image, the env's fixed anchor), a_t
-the action taken in f_t, so every frame is paired with the action that produced it; r =
-(0, .., 0, -1) is the reset action (gripper open). At s = 0 the 4 condition frames are copies
-of f_0 with reset actions, as after ``env.reset()`` (no KIR). A chunk that runs past the end
-of an episode repeats the last frame with a hold action (zero motion, last gripper command).
+Clips are built by ``wmrl.world_model.clip_layout`` (``build_clip``), the layout
+``WanWorldModelEnv.chunk_step`` feeds the model, so the model is trained on the distribution it
+is run on.
 
 Stages: (1) the VAE (``AutoencoderKLWan``) is fitted on clips with
 L = |x - x'|_1 + |x - x'|^2 + kl_weight * KL(q(z|x) || N(0, I)), then frozen, and its latent
@@ -38,39 +29,9 @@ from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.reward_evaluation import confusion_counts
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
-from wmrl.sim.tabletop import task_by_name
+from wmrl.sim.tasks import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
-
-CONDITION_FRAMES = 5
-CHUNK = 8
-RESET_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float32)
-
-
-def build_clip(frames: np.ndarray, actions: np.ndarray, start: int,
-               condition_frames: int = CONDITION_FRAMES,
-               chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
-    """One training clip (see module docstring): (uint8 [cf + chunk, H, W, 3],
-    float32 [cf + chunk, 7]) for the chunk starting after ``start`` actions."""
-    t_len = actions.shape[0]
-    if frames.shape[0] != t_len + 1:
-        raise ValueError(f"episode needs T+1 frames for T actions, got {frames.shape[0]} "
-                         f"frames and {t_len} actions")
-    if not 0 <= start < max(t_len, 1):
-        raise ValueError(f"chunk start {start} outside the episode (T={t_len})")
-    k = condition_frames - 1
-    f_idx, acts = [0], [RESET_ACTION]
-    for j in range(k):
-        f = start - k + 1 + j
-        f_idx.append(max(f, 0))
-        acts.append(actions[f - 1] if f >= 1 else RESET_ACTION)
-    hold = RESET_ACTION.copy()
-    if t_len:
-        hold[6] = actions[-1, 6]
-    for i in range(chunk):
-        t = start + i
-        f_idx.append(min(t + 1, t_len))
-        acts.append(actions[t] if t < t_len else hold)
-    return frames[f_idx], np.stack(acts).astype(np.float32)
+from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES, build_clip, chunk_actions
 
 
 @dataclass
@@ -364,7 +325,7 @@ def open_loop_replay(env, episodes: Sequence, n_chunks: int, chunk: int = CHUNK,
     env.reset(state_ids=torch.arange(len(episodes)))
     infos = []
     for c in range(n_chunks):
-        acts = np.stack([chunk_actions(ep, c, chunk) for ep in episodes])
+        acts = np.stack([chunk_actions(ep.actions, c, chunk) for ep in episodes])
         infos.append(env.chunk_step(torch.from_numpy(acts))[4])
         if stop_when_done and bool(env._done.all()):
             break
@@ -421,17 +382,6 @@ def replay_agreement(env_factory: Callable[[int, object], object], episodes: Seq
                                   for h in thresholds}
     out["replay_seconds"] = wall
     return out
-
-
-def chunk_actions(ep, c: int, chunk: int = CHUNK) -> np.ndarray:
-    """Actions of chunk ``c`` of an episode, float32 [chunk, 7], padded past its end with the
-    hold action (zero motion, last gripper command)."""
-    a = ep.actions[c * chunk : (c + 1) * chunk]
-    hold = RESET_ACTION.copy()
-    if len(ep):
-        hold[6] = ep.actions[-1, 6]
-    pad = np.tile(hold, (chunk - len(a), 1))
-    return np.concatenate([a, pad]).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------- initial states

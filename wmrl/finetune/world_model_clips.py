@@ -3,7 +3,7 @@
 An episode source is a LeRobot dataset (``format: lerobot``; frame t is the observation the
 row's action was taken in, so T rows give T frames and T - 1 actions with a known outcome) or
 our trajectory datasets (``format: trajectories``, T + 1 frames for T actions). Each episode
-gives one clip per chunk of 8 actions, built as ``world_model.build_clip`` builds them (the
+gives one clip per chunk of 8 actions, built by ``wmrl.world_model.clip_layout.build_clip`` (the
 env's own model input: anchor, 4 context frames, 8 new frames, each with its action).
 
 The last ``val_episodes`` episodes are held out (the validation clips: the first chunks of
@@ -24,9 +24,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from wmrl.errors import ConfigError
-from wmrl.finetune.world_model import CHUNK, CONDITION_FRAMES, build_clip
 from wmrl.lerobot.dataset import LeRobotDataset
 from wmrl.sim.dataset import TrajectoryDataset
+from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES, build_clip
 
 FORMATS = ("lerobot", "trajectories")
 

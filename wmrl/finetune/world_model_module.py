@@ -39,11 +39,12 @@ from torch.distributed.fsdp import FSDPModule
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
-from wmrl.finetune.world_model import CONDITION_FRAMES, predict_chunk
+from wmrl.finetune.world_model import predict_chunk
 from wmrl.lora import lora_config
 from wmrl.pixels import u8_to_unit_torch
 from wmrl.videos import save_gif, side_by_side_video
 from wmrl.world_model.action_wan import build_world_model
+from wmrl.world_model.clip_layout import CONDITION_FRAMES
 from wmrl.world_model.objective import FlowMatchObjective
 
 PRESETS = ("wovr", "tabletop")

@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from wmrl.atomic import atomic_dir, write_text
-from wmrl.envs.initial_states import OPEN_GRIPPER, write_initial_states
+from wmrl.envs.initial_states import write_initial_states
 from wmrl.errors import ConfigError
 from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
+from wmrl.world_model.clip_layout import OPEN_GRIPPER
 
 CONTEXT_FRAMES = 4  # RLinf's target_n_frames = condition_frame_length - 1
 

@@ -6,4 +6,6 @@ need); the parts:
                    flow-matching training loss and the chunk generation.
 ``sampler.py``     the sampler: the rectified-flow schedule and its Euler steps (the equations).
 ``files.py``       a world-model directory's layout on disk.
+``clip_layout.py`` the model's input layout (condition frames, chunk, reset and hold actions,
+                   ``build_clip``): the env's and the trainer's clips, one definition.
 """

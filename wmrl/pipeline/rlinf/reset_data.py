@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from wmrl.atomic import write_text
-from wmrl.envs.initial_states import OPEN_GRIPPER, write_initial_states
+from wmrl.envs.initial_states import write_initial_states
 from wmrl.pipeline.rlinf.common import (
     ImportRefused,
 )
 from wmrl.pipeline.rlinf.npy import load_npy
+from wmrl.world_model.clip_layout import OPEN_GRIPPER
 
 
 def _frame_image(frame: dict, path: Path, t: int) -> np.ndarray:
