@@ -54,7 +54,7 @@ def test_a_folder_holding_a_users_file_is_refused_before_any_write(tmp_path):
     with pytest.raises(ConfigError, match="overwrite=true"):
         check_output_dir(out, "shards", key="out_dir")
     with pytest.raises(ConfigError, match="notes.txt"):  # the writer itself refuses too
-        with atomic_dir(out, "shards") as d:
+        with atomic_dir(out, "shards"):
             raise AssertionError("never reached: refused before the block runs")
     assert os.listdir(out) == ["notes.txt"] and os.listdir(tmp_path) == ["out"]
     (tmp_path / "file").write_text("x")

@@ -184,7 +184,7 @@ def write_adapter(path: str, config: Any, state: Mapping[str, torch.Tensor],
     tensors = {PEFT_PREFIX + k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     config = copy.copy(config)
     config.base_model_name_or_path = base_model
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path, "lora_adapter") as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, os.path.join(str(tmp), ADAPTER_WEIGHTS), metadata={"format": "pt"})
     return {"out": str(path), "tensors": len(tensors), "rank": config.r,

@@ -118,7 +118,8 @@ def test_save_and_load_pretrained_roundtrip(tmp_path, model48):
     path = tmp_path / "wan_tiny"
     model48.save_pretrained(path)
     model48.save_pretrained(path)  # overwrite in place
-    assert sorted(p.name for p in path.iterdir()) == ["action", "transformer", "vae"]
+    assert sorted(p.name for p in path.iterdir()) == [".wmrl_output.json", "action",
+                                                      "transformer", "vae"]
     loaded = build_world_model({"path": str(path)}).eval()
     x = torch.randn(2, 48, 4, 2, 2)
     ts = torch.tensor([[0.0, 0.0, 300.0, 300.0]] * 2)

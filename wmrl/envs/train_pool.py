@@ -36,7 +36,7 @@ def write_scene_frames(path, tasks, num_states: int, seed: int, image_size,
         f, t = initial_frames(task, num_states, seed=seed, image_size=image_size, **env_kwargs)
         frames.append(f)
         texts += t
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path, "initial_states") as tmp:
         write_initial_states(tmp, np.concatenate(frames), texts)
     return Path(path)
 

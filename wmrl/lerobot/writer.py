@@ -113,7 +113,7 @@ def write_lerobot(root: str | Path, episodes: Iterable, fps: int,
         preset = 12  # LeRobot's default for libsvtav1
     if preset is not None:
         options["preset"] = str(preset)
-    with atomic_dir(root) as tmp:
+    with atomic_dir(root, "lerobot_dataset", force=overwrite) as tmp:
         writer = _Writer(tmp, fps, camera_key, version, codec, options,
                          dict(robot_type=robot_type, action_names=action_names,
                               state_names=state_names, chunks_size=int(chunks_size),

@@ -15,14 +15,13 @@ import glob
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
+from wmrl.atomic import atomic_dir
 from wmrl.safetensors_shards import INDEX_NAME, write_sharded
 
 # openvla-oft saves its continuous heads beside the backbone as "<module>--<step>_checkpoint.pt"
@@ -92,15 +91,12 @@ def read_pretrained_config(path: str, overrides: dict | None = None) -> dict:
 def write_pretrained(path: str, config: dict,
                      state_dict: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
                      tokenizer=None, max_shard_bytes: int = 5 * 2**30) -> None:
-    """A policy in the upstream layout at ``path``, atomically (built in a temp dir, then
-    renamed): ``config.json`` (``config`` as an OpenVLA config), ``dataset_statistics.json``,
-    the tokenizer's files and the weights in shards of ``max_shard_bytes``. ``state_dict``: a
-    mapping, or (name, tensor) pairs made lazily (a peak of about one shard)."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-    try:
+    """A policy in the upstream layout at ``path``, atomically (``wmrl.atomic.atomic_dir``:
+    built in a temp dir, then renamed; only over a policy or an empty folder): ``config.json``
+    (``config`` as an OpenVLA config), ``dataset_statistics.json``, the tokenizer's files and
+    the weights in shards of ``max_shard_bytes``. ``state_dict``: a mapping, or (name, tensor)
+    pairs made lazily (a peak of about one shard)."""
+    with atomic_dir(path, "policy") as tmp:
         cfg = copy.deepcopy(config)
         cfg["model_type"] = "openvla"
         cfg["architectures"] = ["OpenVLAForActionPrediction"]
@@ -109,21 +105,11 @@ def write_pretrained(path: str, config: dict,
         with open(os.path.join(tmp, "dataset_statistics.json"), "w") as f:
             json.dump(cfg.get("norm_stats") or {}, f, indent=2)
         if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+            tokenizer.save_pretrained(str(tmp))
         # own CPU copies: safetensors refuses tensors that share storage
         items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
         write_sharded(tmp, ((k, v.detach().to("cpu").contiguous().clone())
                             for k, v in items), max_shard_bytes)
-        old = None
-        if os.path.exists(path):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=parent)
-            os.replace(path, os.path.join(old, "x"))
-        os.replace(tmp, path)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 LOAD_PROGRESS_BYTES = 1 << 30  # checkpoints from 1 GiB load with a progress bar

@@ -375,8 +375,9 @@ class ActionWanModel(nn.Module):
         return cls(transformer, vae, action, shift=shift)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write the three subfolders into a temp dir next to ``path``, then swap it in."""
-        with atomic_dir(path) as tmp:
+        """Write the three subfolders into a temp dir next to ``path``, then swap it in (only
+        over a world model or an empty folder: ``wmrl.atomic.check_output_dir``)."""
+        with atomic_dir(path, "world_model") as tmp:
             self.transformer.save_pretrained(tmp / "transformer")
             self.vae.save_pretrained(tmp / "vae")
             (tmp / "action").mkdir()

@@ -49,7 +49,7 @@ def write_release(out: str | Path, transformer: dict, vae: dict, height: int, wi
     out = Path(out)
     dit_shapes = dit_release_shapes(transformer)
     vae_shapes = release_vae_shapes(vae)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "rlinf_release") as tmp:
         dit_bytes, dit_files = write_sharded(
             tmp, random_tensors(dit_shapes, torch.bfloat16, seed), shard_bytes,
             of_total=False)
