@@ -18,7 +18,7 @@ from wmrl.build import to_container
 from wmrl.eval.evaluate import evaluate_policy, save_success_plot
 from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_vs_real
 from wmrl.interfaces import PolicyTrainer
-from wmrl.sim.tabletop import TASK_NAMES
+from wmrl.sim.tasks import TASK_NAMES
 from wmrl.videos import save_gif, side_by_side_video
 
 

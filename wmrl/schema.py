@@ -37,7 +37,7 @@ from wmrl.rewards.shaping import RESAMPLE_RETURNS
 from wmrl.rollout.engine import PLACEMENTS
 from wmrl.rollout.placement import DEVICES
 from wmrl.rollout.weight_sync.types import TRANSPORTS
-from wmrl.sim import tabletop
+from wmrl.sim.tasks import CAMERAS, TASK_NAMES
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
@@ -179,11 +179,10 @@ class TaskSchema:
     train_pool: Optional[TrainPoolSchema] = None  # null: GRPO starts from the eval_seed scenes
 
     def __post_init__(self) -> None:
-        require("task.name", self.name, self.name in tabletop.TASK_NAMES,
-                 f"one of {list(tabletop.TASK_NAMES)} (wmrl.sim.tabletop.TASKS)")
-        cameras = tabletop.camera_names()
-        require("task.camera", self.camera, self.camera in cameras,
-                 f"one of {list(cameras)} (the cameras of wmrl.sim.tabletop's scene)")
+        require("task.name", self.name, self.name in TASK_NAMES,
+                 f"one of {list(TASK_NAMES)} (wmrl.sim.tasks.TASKS)")
+        require("task.camera", self.camera, self.camera in CAMERAS,
+                 f"one of {list(CAMERAS)} (the cameras of wmrl.sim.tabletop's scene)")
         size = list(self.image_size)
         require("task.image_size", size, len(size) == 2 and min(size) > 0,
                  "[H, W]: two positive ints")

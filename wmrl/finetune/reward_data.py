@@ -25,7 +25,7 @@ from wmrl.finetune.world_model import (
 from wmrl.lerobot.dataset import LeRobotDataset
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
-from wmrl.sim.tabletop import task_by_name
+from wmrl.sim.tasks import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
 
 

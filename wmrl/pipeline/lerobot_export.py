@@ -28,7 +28,7 @@ import numpy as np
 from wmrl.errors import ConfigError
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.sim.dataset import Episode, TrajectoryDataset
-from wmrl.sim.tabletop import STATE_DIM, STATE_SLICES
+from wmrl.sim.tasks import STATE_DIM, STATE_SLICES
 
 DEFAULT_FPS = 10  # when the dataset does not record its control period
 # The tabletop's (and LIBERO's) delta end-effector action.

@@ -1,7 +1,10 @@
 """Physics simulators: they make the world model's data and score the policy honestly, never
 train it. Parts, one file each:
 
-* ``tabletop.py``: the CPU MuJoCo tabletop suite (tasks, cameras, ``TabletopVecEnv``);
+* ``tasks.py``: the tabletop's tasks, cameras and state layout, without MuJoCo (what the
+  config checks and the trainers read: they never load a simulator);
+* ``tabletop.py``: the CPU MuJoCo tabletop suite (scene, success, ``TabletopVecEnv``; MuJoCo
+  is imported where a scene is built);
 * ``expert.py``: the scripted expert that collects its demonstrations;
 * ``libero_adapter.py`` / ``libero_vec.py``: LIBERO behind the same interface (``make libero``);
 * ``episodes.py``: any action source (expert, policy) rolled out in a simulator -> ``Episode``s;

@@ -46,8 +46,10 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import os
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+# MuJoCo itself is imported inside the functions that build or step a scene, so importing this
+# module (or wmrl.sim.tasks, whose table it shares) loads no simulator.
 # The GL backend is chosen when mujoco is first imported: prefer EGL (works headless with
 # Debian's libegl1 + libgl1-mesa-dri), fall back to OSMesa (libosmesa6). An explicit
 # MUJOCO_GL set by the user always wins.
@@ -57,27 +59,21 @@ if "MUJOCO_GL" not in os.environ:
     elif ctypes.util.find_library("OSMesa"):
         os.environ["MUJOCO_GL"] = "osmesa"
 
-import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    instruction: str
-    kind: str  # "place" | "push"
-    block: str  # "red" | "blue"
-    layout: str = "random"  # initial-state distribution: "random" | "slots" (see below)
-
-
-TASKS: tuple[Task, ...] = (
-    Task("red_on_plate", "put the red block on the green plate", "place", "red"),
-    Task("blue_on_plate", "put the blue block on the green plate", "place", "blue"),
-    Task("red_left", "push the red block to the left", "push", "red"),
-    Task("red_of_two", "pick up the red block and put it on the plate", "place", "red", "slots"),
+# the tasks, cameras and state layout live in tasks.py (no MuJoCo there), one table for both
+from wmrl.sim.tasks import (  # noqa: E402, F401  (re-exported: tabletop.TASKS etc.)
+    BLOCKS,
+    STATE_DIM,
+    STATE_SLICES,
+    TASK_NAMES,
+    TASKS,
+    Task,
+    task_by_name,
 )
-TASK_NAMES = tuple(t.name for t in TASKS)
-BLOCKS = ("red", "blue")
+
+if TYPE_CHECKING:
+    import mujoco
 
 # Geometry (metres). The hand frame's origin is the grasp point between the fingertips.
 BLOCK_HALF = 0.025
@@ -93,19 +89,6 @@ WORKSPACE_LO = np.array([-0.30, -0.25, 0.02])
 WORKSPACE_HI = np.array([0.30, 0.25, 0.30])
 MAX_TILT = 0.5  # |roll|, |pitch| limit of the commanded hand orientation (rad)
 
-# obs["state"] layout (float32 [STATE_DIM]); the scripted expert reads only this.
-STATE_SLICES = {
-    "hand_pos": slice(0, 3),
-    "hand_rpy": slice(3, 6),  # commanded roll, pitch, yaw
-    "gripper": slice(6, 7),  # finger aperture: 1 open .. 0 closed
-    "held": slice(7, 8),  # -1 nothing, 0 red, 1 blue
-    "red_pos": slice(8, 11),
-    "blue_pos": slice(11, 14),
-    "plate_pos": slice(14, 17),
-    "red_quat": slice(17, 21),
-    "blue_quat": slice(21, 25),
-}
-STATE_DIM = 25
 # initial_states() rows: red x, y, yaw, blue x, y, yaw, plate x, y, hand x, y, z.
 INIT_DIM = 11
 
@@ -191,6 +174,8 @@ _XML = f"""
 @functools.lru_cache(maxsize=1)
 def tabletop_model() -> mujoco.MjModel:
     """The compiled scene, shared read-only by every env in the process (state is in MjData)."""
+    import mujoco
+
     model = mujoco.MjModel.from_xml_string(_XML)
     for block in BLOCKS:
         # connect eq_data = [anchor in body1 (hand) frame, anchor in body2 frame]: pin the
@@ -203,18 +188,6 @@ def camera_names() -> tuple[str, ...]:
     """The scene's cameras (``TabletopEnv(camera=...)``), as the model defines them."""
     m = tabletop_model()
     return tuple(m.camera(i).name for i in range(m.ncam))
-
-
-def task_by_name(task: str | int) -> Task:
-    """A task from its name, its instruction, or its index in ``TASKS``."""
-    if isinstance(task, (int, np.integer)):
-        if not 0 <= int(task) < len(TASKS):
-            raise ValueError(f"task index {task} out of range [0, {len(TASKS)})")
-        return TASKS[int(task)]
-    for t in TASKS:
-        if task in (t.name, t.instruction):
-            return t
-    raise ValueError(f"unknown task {task!r}; expected one of {list(TASK_NAMES)}")
 
 
 # "slots" layout: the plate behind, the two blocks in a left and a right slot (which block is
@@ -290,6 +263,8 @@ def _yaw_quat(yaw: float) -> np.ndarray:
 
 
 def _euler_quat(rpy: np.ndarray) -> np.ndarray:
+    import mujoco
+
     q = np.zeros(4)
     mujoco.mju_euler2Quat(q, np.asarray(rpy, dtype=np.float64), "XYZ")
     return q
@@ -314,6 +289,8 @@ def _headless_gl_fix() -> None:
 
 
 def make_renderer(model: mujoco.MjModel, height: int, width: int) -> mujoco.Renderer:
+    import mujoco
+
     _headless_gl_fix()
     try:
         return mujoco.Renderer(model, height, width)
@@ -380,6 +357,8 @@ class TabletopEnv:
         self.render_images = render
         self.camera = camera
         self.skip_intermediate_renders = bool(skip_intermediate_renders)
+        import mujoco
+
         self.data = mujoco.MjData(self.model)
         self._renderer = renderer
         self._rng = np.random.default_rng()
@@ -427,6 +406,8 @@ class TabletopEnv:
         self.data.qpos[a : a + 3] = pos
         self.data.qpos[a + 3 : a + 7] = _yaw_quat(yaw)
         self.data.qvel[v : v + 6] = 0.0
+        import mujoco
+
         mujoco.mj_forward(self.model, self.data)
 
     def set_hand_pos(self, pos) -> None:
@@ -438,6 +419,8 @@ class TabletopEnv:
         self.data.mocap_pos[self._mocap_hand] = pos
         self.data.mocap_quat[self._mocap_hand] = [1, 0, 0, 0]
         self._rpy_cmd = np.zeros(3)
+        import mujoco
+
         mujoco.mj_forward(self.model, self.data)
 
     def state(self) -> np.ndarray:
@@ -502,6 +485,8 @@ class TabletopEnv:
         return self._obs(), {"success": self.success(), "state_id": state_id}
 
     def _apply_initial_state(self, init: np.ndarray) -> None:
+        import mujoco
+
         m, d = self.model, self.data
         mujoco.mj_resetData(m, d)
         red, blue, plate, hand = init[0:3], init[3:6], init[6:8], init[8:11]
@@ -565,6 +550,8 @@ class TabletopEnv:
         here (its last observation is always a real frame), else obs["image"] is None."""
         if self._done:
             raise RuntimeError("step() called after the episode ended; call reset() first")
+        import mujoco
+
         self._apply_action(action)
         mujoco.mj_step(self.model, self.data, nstep=self.n_substeps)
         self.t += 1
