@@ -12,7 +12,8 @@ the original Wan2.2 ``.pth``, loaded weights-only) and with ``--dataset`` ``<out
 described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
 
 Every input is checked before anything is converted, and ``--out`` is written whole or not at
-all; a refusal is one line on stderr (at most 300 characters; ``WMRL_FULL_ERROR=1`` raises the
+all; an ``--out`` holding anything but an earlier import is refused before any work
+(``--force`` replaces it); a refusal is one line on stderr (at most 300 characters; ``WMRL_FULL_ERROR=1`` raises the
 whole error) and exit code 2.
 """
 
@@ -23,9 +24,8 @@ import json
 import os
 import pickle
 import sys
-from pathlib import Path
 
-from wmrl.atomic import atomic_dir
+from wmrl.atomic import atomic_dir, check_output_dir
 from wmrl.errors import one_line
 from wmrl.pipeline.rlinf.common import ImportRefused
 from wmrl.pipeline.rlinf.dit import read_dit, write_dit
@@ -37,16 +37,14 @@ def run(a: argparse.Namespace) -> dict:
     """Check every input first (the DiT's headers, the VAE's key table through the
     weights-only unpickler, every dataset file through the restricted one), then write the
     whole output into a temporary directory that becomes ``--out`` only when every part is
-    written: a refusal or a crash leaves ``--out`` as it was."""
-    out = Path(a.out)
-    if out.exists() and not out.is_dir():
-        raise ImportRefused(f"--out {str(out)!r} is a file: give a directory to write (an "
-                            "existing one is replaced once the import succeeds)")
+    written: a refusal or a crash leaves ``--out`` as it was. An ``--out`` holding anything
+    but an earlier import is refused first, unless ``--force``."""
+    out = check_output_dir(a.out, "import_rlinf", a.force)
     dit = read_dit(a.dit, num_heads=a.num_heads, text_dim=a.text_dim)
     vae = read_vae(a.vae) if a.vae else None
     reset = read_reset_data(a.dataset, enable_kir=not a.no_kir) if a.dataset else None
     shard = int(a.shard_gb * (1 << 30))
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "import_rlinf") as tmp:
         info = write_dit(dit, tmp, shard_bytes=shard)
         if vae is not None:
             info.update(write_vae(vae, tmp, shard_bytes=shard))
@@ -66,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the release's dataset/ (traj*.npy, traj*_kir.npy): reset states")
     p.add_argument("--no-kir", action="store_true",
                    help="leave out *_kir* files (RLinf's enable_kir: false)")
-    p.add_argument("--out", required=True, help="the world-model directory to write")
+    p.add_argument("--out", required=True, help="the world-model directory to write (new, "
+                   "empty or an earlier import)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even if it holds other files (they are deleted)")
     p.add_argument("--num-heads", type=int, default=None,
                    help="attention heads (default: dim / 128, as every published Wan DiT)")
     p.add_argument("--text-dim", type=int, default=None,

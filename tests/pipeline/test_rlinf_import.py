@@ -377,15 +377,23 @@ def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tm
     assert not out.exists()  # nothing converted: the DiT was fine but a later input was not
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["model-00001.safetensors", "Wan2.2_VAE.pth", "dataset", "a_file"])  # no temp dirs
-    # an existing --out stays as it was when a later input is refused, and is replaced whole
-    # when the import succeeds
+    # a user's --out is refused in one line before anything is read; an earlier import is
+    # replaced whole; --force replaces the user's folder
     out.mkdir()
-    (out / "old.txt").write_text("kept")
-    rc, err = _import_main(capsys, *base, "--vae", hostile, "--out", out)
-    assert rc == 2 and (out / "old.txt").read_text() == "kept"
-    rc, _ = _import_main(capsys, *base, "--out", out)
-    assert rc == 0 and not (out / "old.txt").exists()
+    (out / "notes.txt").write_text("kept")
+    rc, err = _import_main(capsys, *base, "--out", out)
+    assert rc == 2 and err == [f"import_rlinf: --out={out} holds files wmrl's import_rlinf did "
+                               "not write (notes.txt): pick a new or empty folder, or pass "
+                               "--force to replace it (everything in it is deleted)"]
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    rc, err = _import_main(capsys, *base, "--vae", hostile, "--out", out, "--force")
+    assert rc == 2 and (out / "notes.txt").read_text() == "kept"  # refused input: as it was
+    rc, _ = _import_main(capsys, *base, "--out", out, "--force")
+    assert rc == 0 and not (out / "notes.txt").exists()
     assert (out / "transformer" / "config.json").is_file()
+    (out / "transformer" / "config.json").unlink()
+    rc, _ = _import_main(capsys, *base, "--out", out)  # its own earlier output: replaced
+    assert rc == 0 and (out / "transformer" / "config.json").is_file()
 
 
 def test_release_vae_shapes_are_wan22s_own_layout():
