@@ -10,7 +10,7 @@ LOG_ONCE = """
 import logging, sys
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='root: %(message)s')
 from lightning.pytorch.utilities import rank_zero_info
-from wmrl.fit import log_lines_once
+from wmrl.launch.trainer import log_lines_once
 rank_zero_info('before')
 log_lines_once()
 rank_zero_info('after')

@@ -25,14 +25,16 @@ from enum import Enum
 from typing import Any, Dict, List, Optional, Union
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf, open_dict
+from omegaconf import MISSING, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.algorithms.config import AlgorithmConfig
+from wmrl.algorithms.lr_schedule import LR_SCHEDULES
 from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError, require, require_positive
 from wmrl.lora import lora_config
 from wmrl.policies.openvla_oft import LORA_TARGETS, SUPPORTED_ATTN
+from wmrl.rewards.resnet import ARCHS as REWARD_ARCHS
 from wmrl.rewards.shaping import RESAMPLE_RETURNS
 from wmrl.rollout.engine import PLACEMENTS
 from wmrl.rollout.placement import DEVICES
@@ -45,7 +47,8 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
     return Enum(name, {v: v for v in values})
 
 
-# the choice lists are the code's own
+# the choice lists are the code's own; every dtype setting takes the one table's names
+# (wmrl.dtypes: float32 / fp32, bfloat16 / bf16, float16 / fp16)
 DType = _choices("DType", tuple(DTYPES))
 Placement = _choices("Placement", PLACEMENTS)
 RolloutDevice = _choices("RolloutDevice", DEVICES)
@@ -273,7 +276,6 @@ class TOPRewardSchema:
 
 Scenes = _choices("Scenes", ("fixed", "random"))
 RewardFrames = _choices("RewardFrames", ("real", "imagined"))
-WorldModelDtype = _choices("WorldModelDtype", ("float32", "bfloat16", "float16"))
 
 
 @dataclass
@@ -305,7 +307,7 @@ class PaceSchema:
     reward_holdout: float = 0.25
     success_threshold: float = 0.9
     num_inference_steps: int = 5
-    dtype: WorldModelDtype = WorldModelDtype["float32"]
+    dtype: DType = DType["float32"]
     device: Optional[str] = None
     seed: int = 0
     out_dir: Optional[str] = None
@@ -323,6 +325,148 @@ class PaceSchema:
                  "reward on imagined frames)")
         require("pace.success_threshold", self.success_threshold,
                  0 <= self.success_threshold <= 1, "must be in [0, 1] (env.success_threshold)")
+
+
+# -- the configs of the entry points other than the fit (scripts/finetune_world_model.py,
+# scripts/train_reward.py): their yaml holds the defaults, these the types, choices and
+# ranges, checked whole (``check_entry``) before any data or model loads
+LRSchedule = _choices("LRSchedule", LR_SCHEDULES)
+
+
+@dataclass
+class WorldModelFinetuneSchema:
+    """``module`` of conf/finetune_world_model.yaml: ``WorldModelFinetune``'s settings (a test
+    holds the keys equal to its constructor's)."""
+
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    betas: List[float] = MISSING
+    lr_schedule: LRSchedule = MISSING
+    warmup_steps: int = MISSING
+    train_action_modules: bool = MISSING
+    gradient_checkpointing: bool = MISSING
+    num_inference_steps: int = MISSING
+    video_clips: int = MISSING
+
+    def __post_init__(self) -> None:
+        require_positive("module", self, "lr", "num_inference_steps")
+        require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
+                         allow_zero=True)
+
+
+@dataclass
+class WorldModelClipsSchema:
+    """``data`` of conf/finetune_world_model.yaml (``WorldModelClipData``: it checks the
+    format and the paths)."""
+
+    format: str = MISSING
+    paths: List[str] = MISSING
+    camera: Optional[str] = MISSING
+    size: Optional[List[int]] = MISSING
+    batch_size: int = MISSING
+    val_episodes: int = MISSING
+    val_chunks_per_episode: int = MISSING
+    shuffle_buffer: int = MISSING
+    num_workers: int = MISSING
+
+    def __post_init__(self) -> None:
+        require_positive("data", self, "batch_size", "val_chunks_per_episode", "shuffle_buffer")
+        require_positive("data", self, "val_episodes", "num_workers", allow_zero=True)
+
+
+@dataclass
+class FinetuneWorldModelConfig:
+    """conf/finetune_world_model.yaml. ``objective`` and ``lora`` are checked by
+    ``WorldModelFinetune``'s constructor, ``strategy``/``logger``/``trainer`` by Lightning,
+    both before the model loads."""
+
+    seed: int = MISSING
+    out_dir: str = MISSING
+    run_dir: str = MISSING
+    ckpt_path: Optional[str] = MISSING
+    validate_first: bool = MISSING
+    world_model: Dict[str, Any] = MISSING
+    data: WorldModelClipsSchema = MISSING
+    objective: Dict[str, Any] = MISSING
+    lora: Optional[Dict[str, Any]] = MISSING
+    module: WorldModelFinetuneSchema = MISSING
+    checkpoint: CheckpointSchema = MISSING
+    strategy: Dict[str, Any] = MISSING
+    logger: Any = MISSING
+    trainer: Dict[str, Any] = MISSING
+
+
+RewardArch = _choices("RewardArch", tuple(REWARD_ARCHS))
+# the loaders of wmrl.finetune.reward_datasets (a floor above: a test holds them equal)
+RewardDataFormat = _choices("RewardDataFormat", ("frames", "trajectories", "lerobot"))
+
+
+@dataclass
+class RewardModelSchema:
+    """``model`` of conf/train_reward.yaml: the classifier's architecture
+    (``wmrl.rewards.resnet``; ``num_tasks`` etc. are used by ``arch=resnet_task``)."""
+
+    widths: List[int] = MISSING
+    blocks_per_stage: int = MISSING
+    image_size: Optional[List[int]] = MISSING
+    num_tasks: int = MISSING
+    task_embed_dim: int = MISSING
+    fusion_hidden: int = MISSING
+    dropout: float = MISSING
+
+    def __post_init__(self) -> None:
+        require("model.widths", self.widths, len(self.widths) == 4 and min(self.widths) > 0,
+                "four positive channel counts (one per ResNet stage)")
+        require_positive("model", self, "blocks_per_stage", "num_tasks", "task_embed_dim",
+                         "fusion_hidden")
+        require("model.dropout", self.dropout, 0 <= self.dropout < 1, "must be in [0, 1)")
+
+
+@dataclass
+class TrainRewardConfig:
+    """conf/train_reward.yaml (``wmrl.finetune.reward_trainer.train_reward``). ``lerobot`` /
+    ``trajectories`` go to their loader (``wmrl.finetune.reward_datasets``); ``task`` and
+    ``env`` are checked by their groups' schemas."""
+
+    data_dir: Any = MISSING  # one folder or a list (trajectories)
+    data_format: RewardDataFormat = MISSING
+    lerobot: Dict[str, Any] = MISSING
+    trajectories: Dict[str, Any] = MISSING
+    out_dir: str = MISSING
+    run_dir: str = MISSING
+    ckpt_path: Optional[str] = MISSING
+    arch: RewardArch = MISSING
+    model: RewardModelSchema = MISSING
+    tasks: Optional[List[str]] = MISSING
+    steps: int = MISSING
+    batch_size: int = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    gradient_clip_norm: Optional[float] = MISSING
+    val_fraction: float = MISSING
+    balance: bool = MISSING
+    seed: int = MISSING
+    device: str = MISSING
+    log_every: int = MISSING
+    checkpoint: CheckpointSchema = MISSING
+    strategy: Dict[str, Any] = MISSING
+    logger: Any = MISSING
+    trainer: Dict[str, Any] = MISSING
+    task: Any = None
+    env: Any = None
+
+    def __post_init__(self) -> None:
+        for key in ("steps", "batch_size", "lr", "gradient_clip_norm"):
+            value = getattr(self, key)
+            require(key, value, value is None or value > 0, "must be > 0")
+        for key in ("weight_decay", "log_every"):
+            require(key, getattr(self, key), getattr(self, key) >= 0, "must be >= 0")
+        require("val_fraction", self.val_fraction, 0 <= self.val_fraction < 1,
+                "must be in [0, 1) (the share of frames held out to score the reward)")
+
+
+ENTRY_SCHEMAS = {"finetune_world_model": FinetuneWorldModelConfig,
+                 "train_reward": TrainRewardConfig}
 
 
 SCHEMAS = {"task": TaskSchema,  # first: the groups that interpolate it then name their own keys
@@ -361,12 +505,26 @@ def check_values(group: str, schema: type, values: Any) -> None:
         merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
         OmegaConf.to_object(merged)  # runs __post_init__: the range checks
     except OmegaConfBaseException as err:
-        key = f"{group}.{err.full_key}" if getattr(err, "full_key", None) else group
+        key = ".".join(k for k in (group, getattr(err, "full_key", None)) if k) or "config"
         raise ConfigError(f"{key}: {_first_line(err)}") from None
 
 
+def check_entry(name: str, cfg: Any) -> None:
+    """The config of entry point ``name`` (``ENTRY_SCHEMAS``: conf/<name>.yaml) whole, then
+    the groups it shares with the fit (``check``); raises one-line ``ConfigError``s."""
+    check_values("", ENTRY_SCHEMAS[name], cfg)
+    check(cfg)
+
+
+# dtype settings inside specs that have no schema of their own (a world model's keys vary
+# with where it comes from): each must be a name of the dtype table, as the schemas' DType
+SPEC_DTYPES = ("env.world_model.dtype", "env.world_model.vae_dtype", "world_model.dtype",
+               "world_model.vae_dtype")
+
+
 def check(cfg: Any) -> None:
-    """Every schema'd group present in ``cfg``, and the known settings of ``_target_`` specs."""
+    """Every schema'd group present in ``cfg``, the known settings of ``_target_`` specs, and
+    the dtypes of ``SPEC_DTYPES``."""
     for group in SCHEMAS:
         if cfg.get(group) is not None:
             check_group(group, cfg[group])
@@ -375,6 +533,10 @@ def check(cfg: Any) -> None:
         if OmegaConf.is_dict(spec) and spec.get("_target_") == target:
             known = {f.name for f in fields(schema)}
             check_values(group, schema, {k: spec[k] for k in spec if k in known})
+    for key in SPEC_DTYPES:
+        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        if value is not None:
+            require(key, value, value in DTYPES, f"one of {list(DTYPES)}")
 
 
 def with_defaults(cfg: Any) -> Any:

@@ -176,7 +176,7 @@ def test_csv_logger_appends_to_the_metrics_of_the_run_dir(tmp_path):
 def test_wandb_logger_gets_one_id_per_run_dir(tmp_path):
     from omegaconf import OmegaConf
 
-    from wmrl.fit import build_logger
+    from wmrl.launch.trainer import build_logger
 
     def logger_id(run_dir):
         cfg = OmegaConf.create({"run_dir": str(run_dir)})
