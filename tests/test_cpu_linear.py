@@ -1,4 +1,4 @@
-"""wmrl.cpu_linear: bf16 linear layers on a CPU through float32 GEMMs give the stock bf16
+"""wmrl.full_size_check.cpu_linear: bf16 linear layers on a CPU through float32 GEMMs give the stock bf16
 layer's results and keep what it keeps for the backward."""
 
 import copy
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from wmrl import cpu_linear
-from wmrl.cpu_linear import Float32GemmLinear, bf16_linears_in_float32
+from wmrl.full_size_check import cpu_linear
+from wmrl.full_size_check.cpu_linear import Float32GemmLinear, bf16_linears_in_float32
 
 
 def layer(w: torch.Tensor, b: torch.Tensor | None, trained: bool = True) -> nn.Linear:

@@ -1,7 +1,8 @@
-"""scripts/full_size_check.py (``make full-size-check``) at a tiny size: the same script, every
-part through its real code path (a synthetic release imported by the real importer, an env
-actor's chunk step, a policy actor's sample, GRPO updates with LoRA and with every parameter),
-each beside the plan's figure; nothing generated is left behind. The figures mean something
+"""scripts/full_size_check.py (``make full-size-check``; the logic: ``wmrl.full_size_check``)
+at a tiny size: the same script, every part through its real code path (a synthetic release
+imported by the real importer, an env actor's chunk step, a policy actor's sample, GRPO updates
+with LoRA and with every parameter), each beside the plan's figure; nothing generated is left
+behind. The figures mean something
 only at full size (docs/experiments/2026-12-07-full-size-check.md)."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from wmrl.full_size_check.check import run_check as main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "full_size_check.py"
@@ -37,7 +40,7 @@ def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
     setup = rows["full_size_check.setup"]
     assert (setup["world_model"], setup["release"]) == ("imported", "synthetic")
     assert setup["reward"] == "random, at the config's widths"  # the release's file is absent
-    assert setup["bf16_linears"].startswith("float32 GEMMs")  # wmrl.cpu_linear on a CPU
+    assert setup["bf16_linears"].startswith("float32 GEMMs")  # cpu_linear on a CPU
     assert not any(name.endswith(".skipped") for name in rows)
     # the synthetic DiT at width 32 (2 heads of 16), ffn 48, 48 channels, freq 16, 1 block:
     # outside the blocks 29,664 (patch 6,176, time 544 + 1,056 + 6,336, head 6,336 + 64,
@@ -63,13 +66,10 @@ def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from full_size_check import main
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
     assert main([*TINY, "+check.parts=[world_model,sim]"]) == 2
     assert "+check.parts: ['sim'] unknown" in capsys.readouterr().err
+    assert main([*TINY, "+check.nope=1"]) == 2
+    assert "+check.nope: unknown; the options are ['device', 'envs'," in capsys.readouterr().err
     assert main([*TINY, f"+check.release={tmp_path}", f"+check.workdir={tmp_path / 'w'}"]) == 1
     out = capsys.readouterr()
     assert out.out == "" and not (tmp_path / "w").exists()

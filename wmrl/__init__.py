@@ -13,7 +13,8 @@ Where each part lives (every package's docstring names the file of each of its p
 * rollouts on Ray and weight sync: ``rollout/``
 * the world model following the policy: ``pace/``; world-model and reward fine-tunes:
   ``finetune/``; evaluation in the simulator: ``eval/``; the simulators: ``sim/``
-* the real-size memory plan: ``plan/``; LeRobot datasets read and written: ``lerobot/``; the
+* the real-size memory plan: ``plan/``, measured part by part at full size:
+  ``full_size_check/``; LeRobot datasets read and written: ``lerobot/``; the
   offline importers (RLinf's release, reset states from LeRobot), SFT and export: ``pipeline/``
 * config checks: ``schema.py`` (types, choices, ranges) and ``config.py`` (across keys,
   paths); building from config: ``build.py``; the contracts: ``interfaces.py``

@@ -1,9 +1,9 @@
 """Why ``scripts/full_size_check.py`` runs the VAE in float32 and bf16 linear layers through
 float32 GEMMs on a CPU: the same CPU kernels in float32, in bf16, and (the linear layers) in
-bf16 through ``wmrl.cpu_linear``, side by side in one run. A Wan-VAE-like 3-D convolution
-(3x3x3, ``channels`` in and out, on ``frames`` x ``size`` x ``size``) and a DiT- / Llama-like
-linear layer (``tokens`` x ``width`` -> ``hidden``, no bias), forward and backward (the gradient
-of the input, as a frozen LoRA base needs it). Seconds of one call after a warm-up; the ratios
+bf16 through ``wmrl.full_size_check.cpu_linear``, side by side in one run. A Wan-VAE-like 3-D
+convolution (3x3x3, ``channels`` in and out, on ``frames`` x ``size`` x ``size``) and a DiT- /
+Llama-like linear layer (``tokens`` x ``width`` -> ``hidden``, no bias), forward and backward
+(the gradient of the input, as a frozen LoRA base needs it). Seconds of one call after a warm-up; the ratios
 are over float32. On a CPU without AVX-512 BF16 or AMX torch has no fast bf16 path for these."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from wmrl.cpu_linear import bf16_linears_in_float32
+from wmrl.full_size_check.cpu_linear import bf16_linears_in_float32
 
 
 def _seconds(fn) -> float:
@@ -40,7 +40,7 @@ def _times(dtype: torch.dtype, channels: int, frames: int, size: int, tokens: in
 
     t = {}
     with torch.no_grad():
-        if not float32_gemms:  # wmrl.cpu_linear has no convolutions
+        if not float32_gemms:  # cpu_linear has no convolutions
             t["conv3d_forward_s"] = _seconds(lambda: conv(video))
         t["linear_forward_s"] = _seconds(lambda: linear(x))
     t["linear_forward_backward_s"] = _seconds(linear_backward)

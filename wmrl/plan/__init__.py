@@ -2,7 +2,8 @@
 ``scripts/plan.py``): no GPU, no weight read. One file per part:
 
 - ``compose.py``: the config planned (``conf/fit.yaml`` with the real-size defaults under the
-  user's overrides) and the report's options (``+plan.<name>=...``).
+  user's overrides) and the report's options (``+plan.<name>=...``; the same reader takes the
+  full-size check's ``+check.<name>``, ``wmrl/full_size_check/``).
 - ``meta.py``: the policy, world model and reward built on ``torch.device("meta")``; parameter
   counts and bytes.
 - ``activations.py``: the working sets: the policy's activation formulas (trainer and rollout)

@@ -18,7 +18,7 @@ is rounded to bf16 by a cast autograd sees, so its gradient comes back in float3
 autocast's. Other devices, float32 layers and mismatched dtypes (an error, as stock) go to
 ``nn.Linear.forward``.
 
-It exists for measuring real-size bf16 work on a CPU (``scripts/full_size_check.py``); a run on
+It exists for measuring real-size bf16 work on a CPU (``wmrl.full_size_check.parts``); a run on
 a card never uses it. Only the given modules change; nothing of torch is patched.
 """
 
