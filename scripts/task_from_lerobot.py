@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wmrl.asset_checks import check_world_model  # noqa: E402
-from wmrl.atomic import atomic_dir  # noqa: E402
+from wmrl.atomic import atomic_dir, check_output_dir  # noqa: E402
 from wmrl.errors import ConfigError  # noqa: E402
 from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
 
@@ -70,7 +70,10 @@ def fit_command(out: Path, size: tuple[int, int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dataset", type=Path, help="a LeRobot dataset folder (meta/, data/, videos/)")
-    p.add_argument("--out", type=Path, required=True, help="the task folder to write")
+    p.add_argument("--out", type=Path, required=True, help="the task folder to write (new, "
+                   "empty or an earlier task)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even if it holds other files (they are deleted)")
     p.add_argument("--world-model", type=Path, required=True,
                    help="the world model to start from (an imported WoVR directory, ours, ...)")
     p.add_argument("--size", type=int, nargs="+", required=True,
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="overrides of conf/finetune_world_model.yaml")
     a = p.parse_args(argv)
     try:
+        check_output_dir(a.out, "task_from_lerobot", a.force)
         if len(a.size) not in (1, 2) or min(a.size) <= 0:
             raise ConfigError(f"--size {a.size}: give S or H W, positive")
         size = (a.size[0], a.size[-1])
@@ -94,13 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{a.dataset} holds {ds.num_episodes} episode: the world model's "
                               "fine-tune holds the last one out, so give at least 2")
         check_world_model(str(a.world_model), key="--world-model")
-        if a.out.exists():
-            raise ConfigError(f"--out {a.out} exists: give a new folder (nothing is overwritten)")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{ds}: {ds.num_episodes} episodes -> {a.out}", flush=True)
-    with atomic_dir(a.out) as tmp:
+    with atomic_dir(a.out, "task_from_lerobot") as tmp:
         for name, cmd in stage_commands(a, tmp, size).items():
             print(f"[{name}] {' '.join(map(shlex.quote, cmd))}", flush=True)
             rc = subprocess.run(cmd, cwd=ROOT).returncode

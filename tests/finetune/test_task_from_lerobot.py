@@ -36,6 +36,7 @@ def test_bad_inputs_are_one_line_before_any_work(dataset, tmp_path, capsys):
     from scripts.task_from_lerobot import main
 
     wm = ROOT / "wmrl" / "assets" / "world_model"
+    (tmp_path / "notes.txt").write_text("mine")  # a user's folder: refused, not replaced
     cases = {
         "meta/info.json is missing": [tmp_path, "--out", tmp_path / "t", "--world-model", wm,
                                       "--size", 64],
@@ -43,14 +44,15 @@ def test_bad_inputs_are_one_line_before_any_work(dataset, tmp_path, capsys):
                           "--size", 64],
         "wrist": [dataset, "--out", tmp_path / "t", "--world-model", wm, "--size", 64,
                   "--camera", "wrist"],
-        "exists": [dataset, "--out", tmp_path, "--world-model", wm, "--size", 64],
+        "(notes.txt): pick a new or empty folder, or pass --force": [
+            dataset, "--out", tmp_path, "--world-model", wm, "--size", 64],
         "--size": [dataset, "--out", tmp_path / "t", "--world-model", wm, "--size", 0],
     }
     for want, args in cases.items():
         assert main([str(a) for a in args]) == 2, want
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and want in err[0], err
-    assert not (tmp_path / "t").exists()
+    assert not (tmp_path / "t").exists() and (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_a_failed_stage_leaves_no_task(dataset, tmp_path):

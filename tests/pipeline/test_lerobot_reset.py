@@ -98,3 +98,22 @@ def test_a_bad_dataset_is_refused_before_anything_is_written(tmp_path, capsys):
     assert "wrist" in capsys.readouterr().err and not out.exists()
     assert import_lerobot.main([str(data), "--out", str(out), "--kir", "--keyframes", "1.5"]) == 2
     assert "(0, 1]" in capsys.readouterr().err and not out.exists()
+
+
+def test_out_holding_a_users_file_is_refused_an_earlier_import_replaced(tmp_path, capsys):
+    data, out = tmp_path / "lerobot", tmp_path / "out"
+    write_lerobot(data, colour_episodes(1), fps=10)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert import_lerobot.main([str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"import_lerobot: --out={out} holds files wmrl's import_lerobot did not "
+                   "write (notes.txt): pick a new or empty folder, or pass --force to replace "
+                   "it (everything in it is deleted)")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert import_lerobot.main([str(data), "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [".wmrl_output.json", "dataset",
+                                                     "initial_states"]
+    (out / "dataset" / "traj000000.npy").unlink()
+    assert import_lerobot.main([str(data), "--out", str(out)]) == 0  # its own: replaced whole
+    assert (out / "dataset" / "traj000000.npy").is_file()

@@ -17,7 +17,8 @@ Written: ``<out>/initial_states/`` (``wmrl.envs.initial_states``: the world-mode
 ``delta_action``, ``instruction``), state i being the i-th file in sorted order, the order
 RLinf's reader takes them: importing ``dataset/`` with ``import_reset_data`` gives the same
 states. The actions are the dataset's own: the world model must be trained on the same
-convention. Both folders are written whole or not at all.
+convention. ``<out>`` is written whole or not at all, and only over a new or empty folder or
+an earlier import (``wmrl.atomic.check_output_dir``: scripts/import_lerobot.py checks first).
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
         raise ConfigError(f"--keyframes {bad}: fractions of an episode in (0, 1]")
     out = Path(out)
     names, anchors, tasks, ctx, acts = [], [], [], [], []
-    with atomic_dir(out / "dataset") as traj_dir:
+    with atomic_dir(out, "import_lerobot") as tmp:
+        traj_dir = tmp / "dataset"
+        traj_dir.mkdir()
         for ep in dataset.episodes():  # one episode in memory at a time
             for s in episode_states(ep, keyframes, context_frames):
                 _save_trajectory(traj_dir / s["name"], s["trajectory"])
@@ -99,12 +102,11 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
         if not names:
             raise ConfigError(f"{dataset.root}: no episodes")
         order = sorted(range(len(names)), key=names.__getitem__)  # RLinf's reader's order
-        with atomic_dir(out / "initial_states") as states_dir:
-            write_initial_states(states_dir, np.stack([anchors[i] for i in order]),
-                                 [tasks[i] for i in order], np.stack([ctx[i] for i in order]),
-                                 np.stack([acts[i] for i in order]))
-            write_text(states_dir / "sources.json",
-                       json.dumps([names[i] for i in order], indent=1))
+        states_dir = tmp / "initial_states"
+        write_initial_states(states_dir, np.stack([anchors[i] for i in order]),
+                             [tasks[i] for i in order], np.stack([ctx[i] for i in order]),
+                             np.stack([acts[i] for i in order]))
+        write_text(states_dir / "sources.json", json.dumps([names[i] for i in order], indent=1))
     return {"initial_states": str(out / "initial_states"), "dataset": str(out / "dataset"),
             "states": len(names), "kir_states": sum("_kir" in n for n in names),
             "tasks": sorted(set(tasks)), "image": list(anchors[0].shape)}
