@@ -16,74 +16,19 @@ with the highest mean (a tie goes to the shorter run); one JSON line holds it al
 With a constant learning rate (``algorithm.lr_schedule=constant``, the default) the step-N
 checkpoint of a longer run is the policy a run with ``trainer.max_steps=N`` ends with, so the
 choice carries over to the shorter run. Hydra overrides after the flags go to
-``conf/eval.yaml`` (``policy=...``, ``num_envs=...``), as in ``scripts/eval.py``.
+``conf/eval.yaml`` (``policy=...``, ``num_envs=...``), as in ``scripts/eval.py``. The logic is
+``wmrl/eval/run_length.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from wmrl.atomic import write_text  # noqa: E402
-from wmrl.config import ConfigError  # noqa: E402
-from wmrl.eval.held_out import held_out_config, simulator_success  # noqa: E402
-from wmrl.stats import mean_se  # noqa: E402
-
-STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
-
-
-def step_checkpoints(run: str) -> dict[int, str]:
-    """``{step: path}`` of a fit run's step checkpoints (``last.ckpt`` is one of them too)."""
-    d = os.path.join(run, "checkpoints")
-    if not os.path.isdir(d):
-        raise ConfigError(f"{run}: no checkpoints/ dir (a scripts/fit.py run dir?)")
-    found = {int(m.group(1)): os.path.join(d, name) for name in os.listdir(d)
-             if (m := STEP_FILE.match(name))}
-    if not found:
-        raise ConfigError(f"{d}: no step-NNNNNN.ckpt files; run the fit with "
-                          "checkpoint.every_n_steps=N checkpoint.keep_last=-1")
-    return found
-
-
-def common_steps(runs: dict[str, dict[int, str]]) -> list[int]:
-    """The steps every run has a checkpoint of (a run cut short limits the choice)."""
-    steps = set.intersection(*(set(c) for c in runs.values()))
-    if not steps:
-        raise ConfigError("the runs share no checkpoint step: "
-                          + "; ".join(f"{r}: {sorted(c)}" for r, c in runs.items()))
-    return sorted(steps)
-
-
-def choose(success: dict[int, list[float]]) -> dict:
-    """Mean +- SE over runs per step; the step with the highest mean, the shorter on a tie."""
-    rows = {}
-    for step, vals in sorted(success.items()):
-        mean, se = mean_se(vals)
-        rows[step] = {"mean": mean, "se": se, "values": list(vals)}
-    best = max(rows, key=lambda s: (round(rows[s]["mean"], 12), -s))
-    return {"by_step": rows, "best_step": best}
-
-
-def score(runs: list[str], eval_seed: int = 2, states: int = 256,
-          overrides: list[str] | None = None) -> dict:
-    cfg = held_out_config(eval_seed, states, overrides, "choose the run length")
-    ckpts = {r: step_checkpoints(r) for r in runs}
-    steps = common_steps(ckpts)
-    base_success = simulator_success(cfg)  # step 0: the base policy
-    success = {0: [base_success] * len(runs)}
-    for step in steps:
-        success[step] = [simulator_success(cfg, ckpts[r][step]) for r in runs]
-    out = choose(success)
-    out.update(runs=runs, eval_seed=eval_seed, states=states)
-    return out
+from wmrl.atomic import write_text
+from wmrl.config import ConfigError
+from wmrl.eval.run_length import score, step_lines
 
 
 def main(argv: list[str]) -> int:
@@ -98,10 +43,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    for step, row in out["by_step"].items():
-        vals = " ".join(f"{100 * v:.1f}" for v in row["values"])
-        mark = "  <- best" if step == out["best_step"] else ""
-        print(f"step {step:>4}: {100 * row['mean']:.1f} +- {100 * row['se']:.1f} ({vals}){mark}")
+    print("\n".join(step_lines(out)))
     print(json.dumps(out))
     if args.out:
         write_text(args.out, json.dumps(out, indent=2))

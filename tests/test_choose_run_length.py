@@ -1,8 +1,7 @@
-"""scripts/choose_run_length.py: step checkpoints scored on held-out scenes, the best step."""
+"""wmrl.eval.run_length (scripts/choose_run_length.py): step checkpoints scored on held-out scenes, the best step."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from wmrl.config import ConfigError
+from wmrl.eval import run_length
 from wmrl.eval.policy_checkpoint import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,18 +17,10 @@ STATS = {"action": {"q01": [-0.5] * 6 + [0.0], "q99": [0.5] * 6 + [1.0],
                     "mask": [True] * 6 + [False]}}
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-crl = _script("choose_run_length")
 
 
 def test_choose_hand_numbers():
-    out = crl.choose({0: [0.40, 0.40, 0.40], 5: [0.45, 0.47, 0.49], 10: [0.50, 0.44, 0.41],
+    out = run_length.choose({0: [0.40, 0.40, 0.40], 5: [0.45, 0.47, 0.49], 10: [0.50, 0.44, 0.41],
                       15: [0.47, 0.47, 0.47]})
     assert out["best_step"] == 5  # mean 0.47; step 15 ties it and is longer
     row = out["by_step"][10]
@@ -45,23 +37,23 @@ def test_step_checkpoints_and_common_steps(tmp_path):
         for s in steps:
             (d / f"step-{s:06d}.ckpt").write_bytes(b"")
         (d / "last.ckpt").write_bytes(b"")
-    found = {r: crl.step_checkpoints(str(tmp_path / r)) for r in "ab"}
+    found = {r: run_length.step_checkpoints(str(tmp_path / r)) for r in "ab"}
     assert sorted(found["a"]) == [5, 10, 15]
     assert found["b"][10].endswith("b/checkpoints/step-000010.ckpt")
-    assert crl.common_steps(found) == [5, 10]  # run b stopped at 10
+    assert run_length.common_steps(found) == [5, 10]  # run b stopped at 10
     (tmp_path / "c" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ConfigError, match="keep_last=-1"):
-        crl.step_checkpoints(str(tmp_path / "c"))
+        run_length.step_checkpoints(str(tmp_path / "c"))
     with pytest.raises(ConfigError, match="no checkpoints/ dir"):
-        crl.step_checkpoints(str(tmp_path / "missing"))
+        run_length.step_checkpoints(str(tmp_path / "missing"))
 
 
 def test_refuses_the_reported_scene_sets(tmp_path):
     for seed in (0, 1):  # task.eval_seed, task.unseen_eval_seed
         with pytest.raises(ConfigError, match="choose the run length on another one"):
-            crl.score([str(tmp_path)], eval_seed=seed)
+            run_length.score([str(tmp_path)], eval_seed=seed)
     with pytest.raises(ConfigError, match=r"--eval-seed 3 is the training pool's"):
-        crl.score([str(tmp_path)], eval_seed=3, overrides=["task.train_pool={seed:3,size:8}"])
+        run_length.score([str(tmp_path)], eval_seed=3, overrides=["task.train_pool={seed:3,size:8}"])
 
 
 def test_scores_every_step_checkpoint_in_the_simulator(tmp_path):
@@ -85,7 +77,7 @@ def test_scores_every_step_checkpoint_in_the_simulator(tmp_path):
     # 2-core machine only waits for the first), put back after
     threads = torch.get_num_threads()
     try:
-        out = crl.score(runs, eval_seed=2, states=8, overrides=["num_envs=8", "threads=1"])
+        out = run_length.score(runs, eval_seed=2, states=8, overrides=["num_envs=8", "threads=1"])
     finally:
         torch.set_num_threads(threads)
     base = out["by_step"][0]["values"][0]

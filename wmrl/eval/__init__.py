@@ -4,5 +4,7 @@
   the sim-eval callback);
 * ``policy_checkpoint.py``: a policy from its config with a fit checkpoint's weights over it;
 * ``held_out.py``: runs scored on the held-out scenes (``scripts/score_held_out.py``);
+* ``run_length.py``: every step checkpoint scored there, the best step
+  (``scripts/choose_run_length.py``);
 * ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
 """
