@@ -14,16 +14,12 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Shard
 
-_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+from strategies.dtypes import to_dtype
 
 
 def resolve_dtype(value: str | torch.dtype | None, key: str) -> torch.dtype | None:
-    if value is None or isinstance(value, torch.dtype):
-        return value
-    if value not in _DTYPES:
-        raise ValueError(f"strategy.{key}={value!r}: expected one of {sorted(_DTYPES)} or null.")
-    return _DTYPES[value]
+    """``strategy.<key>``: a name of ``strategies.dtypes.DTYPES``, a torch dtype or None."""
+    return None if value is None else to_dtype(value, f"strategy.{key}")
 
 
 def resolve_classes(classes: Iterable[type | str]) -> tuple[type, ...]:

@@ -275,8 +275,7 @@ def test_pace_file_holds_the_schemas_defaults():
     import inspect
 
     from wmrl.pace.round import Pace
-    from wmrl.schema import PaceSchema, WorldModelDtype, defaults
-    from wmrl.world_model.action_wan import _DTYPES
+    from wmrl.schema import PaceSchema, defaults
 
     want = defaults(PaceSchema)
     conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
@@ -289,7 +288,6 @@ def test_pace_file_holds_the_schemas_defaults():
     assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}
     params = inspect.signature(Pace).parameters
     assert {k: params[k].default for k in want} == want
-    assert {d.name for d in WorldModelDtype} == set(_DTYPES)
     cfg = fit_cfg("experiment=pace")
     assert cfg.pace.out_dir == "/tmp/wmrl-test/pace" and cfg.pace.num_states == 256
     # the simulator samples as the rollout does: the tabletop run's 1.0, and it follows

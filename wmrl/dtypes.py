@@ -1,5 +1,10 @@
-"""Config dtype names -> torch's: the one table of the policy's loaders, TOPReward and the
-config check (``policy.dtype``, ``reward.dtype``)."""
+"""wmrl's view of the one dtype table (``strategies.dtypes``: strategies imports no wmrl, so
+the table lives there): ``DTYPES`` maps every config name (``bf16`` and ``bfloat16`` alike) to
+torch's name for it, for the loaders that ``getattr(torch, ...)`` and the schema's choices."""
 
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
+from strategies.dtypes import DTYPES as _TORCH_DTYPES
+from strategies.dtypes import dtype_name, to_dtype
+
+__all__ = ["DTYPES", "dtype_name", "to_dtype"]
+
+DTYPES = {name: dtype_name(dt) for name, dt in _TORCH_DTYPES.items()}

@@ -534,7 +534,7 @@ def check(cfg: Any) -> None:
             known = {f.name for f in fields(schema)}
             check_values(group, schema, {k: spec[k] for k in spec if k in known})
     for key in SPEC_DTYPES:
-        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        value = OmegaConf.select(cfg, key, default=None)
         if value is not None:
             require(key, value, value in DTYPES, f"one of {list(DTYPES)}")
 

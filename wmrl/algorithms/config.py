@@ -16,11 +16,8 @@ from typing import Any, List, Optional
 from wmrl.algorithms.advantages import ESTIMATORS
 from wmrl.algorithms.grpo import ADVANTAGE_SCALES, AGGREGATIONS
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
+from wmrl.dtypes import DTYPES, dtype_name
 from wmrl.errors import ConfigError, require, require_choice, require_positive
-
-# the dtype of the weights AdamW steps, and of its m and v (GRPOModule checks the trainable
-# parameters against it): float32 = master weights; 16 bits only as a knowing choice
-OPTIMIZER_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -35,6 +32,8 @@ class AlgorithmConfig:
     eps: float = 1e-5
     weight_decay: float = 0.01
     grad_clip: Optional[float] = 1.0
+    # the dtype of the weights AdamW steps, and of its m and v (GRPOModule checks the trainable
+    # parameters against it): float32 = master weights; 16 bits only as a knowing choice
     optimizer_dtype: str = "float32"
     # the clipped surrogate and its aggregation (wmrl/algorithms/grpo.py)
     clip_low: float = 0.2
@@ -62,7 +61,8 @@ class AlgorithmConfig:
                          "lr_warmup_steps", "kl_coef", allow_zero=True)
         require_positive("algorithm", self, "lr_schedule_steps")
         require_choice("algorithm.lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        require_choice("algorithm.optimizer_dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
+        require_choice("algorithm.optimizer_dtype", self.optimizer_dtype, tuple(DTYPES))
+        self.optimizer_dtype = DTYPES[self.optimizer_dtype]  # torch's name: bf16 -> bfloat16
         require_choice("algorithm.aggregation", self.aggregation, AGGREGATIONS)
         require_choice("algorithm.adv_estimator", self.adv_estimator, tuple(ESTIMATORS))
         require_choice("algorithm.advantage_scale", self.advantage_scale, ADVANTAGE_SCALES)
@@ -99,8 +99,8 @@ def check_optimizer_dtype(policy: Any, optimizer_dtype: str) -> None:
     """The trained parameters must be in ``algorithm.optimizer_dtype``: AdamW steps them (and
     keeps m, v) in their own dtype, and a bf16 weight of scale 0.02 cannot move by lr 2e-5
     (its spacing there is ~1e-4): most updates would round away unseen."""
-    found = sorted({str(p.dtype).removeprefix("torch.") for p in policy.parameters()
-                    if p.requires_grad})
+    optimizer_dtype = dtype_name(optimizer_dtype, "algorithm.optimizer_dtype")  # bf16: bfloat16
+    found = sorted({dtype_name(p.dtype) for p in policy.parameters() if p.requires_grad})
     if found and found != [optimizer_dtype]:
         raise ConfigError(
             f"algorithm.optimizer_dtype={optimizer_dtype} but the trained policy parameters are "

@@ -41,19 +41,15 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, pa
 from safetensors.torch import load_file, save_file
 
 from wmrl.atomic import atomic_dir
+from wmrl.dtypes import to_dtype
 from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
 from wmrl.world_model.objective import FlowMatchObjective
 from wmrl.world_model.sampler import euler_sample, inference_sigmas
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def as_dtype(name: str | torch.dtype) -> torch.dtype:
-    if isinstance(name, torch.dtype):
-        return name
-    if name not in _DTYPES:
-        raise ValueError(f"world_model dtype must be one of {sorted(_DTYPES)}, got {name!r}")
-    return _DTYPES[name]
+    """A world model's ``dtype`` / ``vae_dtype``: a name of the one table (wmrl.dtypes)."""
+    return to_dtype(name, "world_model.dtype")
 
 
 class ActionConditioner(nn.Module):

@@ -38,9 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
+from wmrl.dtypes import to_dtype
 from wmrl.world_model.sampler import NUM_TRAIN_TIMESTEPS, shift_sigmas
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @functools.lru_cache(maxsize=8)
@@ -92,9 +91,8 @@ class FlowMatchObjective:
                              timestep_weights=True), **overrides})
 
     def __post_init__(self):
-        if self.timestep_dtype is not None and self.timestep_dtype not in _DTYPES:
-            raise ValueError(f"objective.timestep_dtype must be one of {sorted(_DTYPES)} or "
-                             f"null, got {self.timestep_dtype!r}")
+        if self.timestep_dtype is not None:
+            to_dtype(self.timestep_dtype, "objective.timestep_dtype")  # refuses an unknown name
         i = self.context_timestep_index
         if i is not None and not 0 <= i < NUM_TRAIN_TIMESTEPS:
             raise ValueError(f"objective.context_timestep_index must be in [0, "
@@ -136,7 +134,8 @@ class FlowMatchObjective:
         x0 = latents.float()
         if timestep_ids is None:
             timestep_ids = self.draw_timestep_ids(b, generator)
-        dtype = (_DTYPES[self.timestep_dtype] if self.timestep_dtype is not None
+        dtype = (to_dtype(self.timestep_dtype, "objective.timestep_dtype")
+                 if self.timestep_dtype is not None
                  else model.dtype if self.timestep_weights else None)
         told, sigma, weight = self._lookup(timestep_ids.cpu(), model.shift, dtype)
         noised_context = self.context_timestep_index is not None and n_c > 1

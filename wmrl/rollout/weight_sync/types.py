@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from wmrl.dtypes import dtype_name
+
 TRANSPORTS = ("cpu", "gloo", "device")  # what a user configures; "ipc" is chosen by the caller
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -20,7 +22,8 @@ class WeightSyncError(RuntimeError):
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a layout's dtype name (e.g. ``"bfloat16"``)."""
+    """The torch dtype of a layout's dtype name (``dtype_name``'s spelling, e.g. ``"bfloat16"``;
+    any torch dtype, not only the config table's: a policy's buffers may be integers)."""
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
         raise WeightSyncError(f"unknown dtype {name!r} in the weight layout")
@@ -75,7 +78,7 @@ class WeightLayout:
             if b is None or (numels[b] > 0 and (numels[b] + t.numel()) * size > limit):
                 b = len(numels)
                 open_bucket[t.dtype] = b
-                dtypes.append(str(t.dtype).removeprefix("torch."))
+                dtypes.append(dtype_name(t.dtype))
                 numels.append(0)
             slots.append(
                 TensorSlot(name, tuple(t.shape), dtypes[b], b, numels[b], t.numel())
