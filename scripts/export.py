@@ -32,7 +32,10 @@ from wmrl.pipeline.export import export_policy, export_world_model  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ckpt", help="a checkpoint that scripts/fit.py wrote (.ckpt)")
-    ap.add_argument("--out", required=True, help="a new (or empty) directory")
+    ap.add_argument("--out", required=True,
+                    help="a new or empty directory, or an earlier export of the same kind")
+    ap.add_argument("--force", action="store_true",
+                    help="replace --out even if it holds other files (they are deleted)")
     ap.add_argument("--world-model", action="store_true",
                     help="export the PACE-refined world model instead of the policy")
     ap.add_argument("--adapter", action="store_true",
@@ -42,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.world_model:
-            summary = export_world_model(args.ckpt, args.out, args.source)
+            summary = export_world_model(args.ckpt, args.out, args.source, args.force)
         else:
-            summary = export_policy(args.ckpt, args.out, args.source, adapter=args.adapter)
+            summary = export_policy(args.ckpt, args.out, args.source, adapter=args.adapter,
+                                    force=args.force)
         print(json.dumps(summary))
     except ConfigError as err:
         if os.environ.get("WMRL_FULL_ERROR") == "1":

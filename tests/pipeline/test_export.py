@@ -104,7 +104,7 @@ def test_a_lora_fit_goes_out_merged_or_as_its_adapter(source, tmp_path):
     assert not torch.equal(want["projector.fc1.weight"], base["projector.fc1.weight"])
     out = export_policy(str(tmp_path / "lora.ckpt"), str(tmp_path / "adapter"), adapter=True)
     assert out["adapter"] and sorted(p.name for p in (tmp_path / "adapter").iterdir()) == [
-        "adapter_config.json", "adapter_model.safetensors"]
+        ".wmrl_output.json", "adapter_config.json", "adapter_model.safetensors"]
     peft_model = PeftModel.from_pretrained(
         OpenVLAOFTPolicy.from_pretrained(str(source), unnorm_key="tabletop"),
         str(tmp_path / "adapter"))
@@ -168,7 +168,12 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
     (tmp_path / "full" / "x").write_text("x")
     fit_checkpoint(tmp_path / "last.ckpt", source)
     res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full")
-    assert res.returncode == 2 and "exists and is not empty" in res.stderr
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"export: --out={tmp_path / 'full'} holds files wmrl's policy did not write (x): pick "
+        "a new or empty folder, or pass --force to replace it (everything in it is deleted)"]
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["x"]
+    with pytest.raises(ConfigError, match="is policy's output, not world_model's"):
+        export_world_model(str(tmp_path / "last.ckpt"), str(source))  # before any reading
     res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full" / "x")
     assert res.returncode == 2 and "is a file" in res.stderr
     cut = tmp_path / "cut.ckpt"  # a checkpoint cut short in a copy: one line, no traceback
@@ -179,3 +184,8 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
     assert "checkpoint" in lines[0] and not (tmp_path / "o").exists()
     assert json.loads(export(tmp_path / "last.ckpt", "--out", tmp_path / "o").stdout)[
         "source"] == str(source)
+    (tmp_path / "o" / "README.md").unlink()  # an earlier export of the policy: replaced whole
+    assert export(tmp_path / "last.ckpt", "--out", tmp_path / "o").returncode == 0
+    assert (tmp_path / "o" / "README.md").is_file()
+    assert export(tmp_path / "last.ckpt", "--out", tmp_path / "full", "--force").returncode == 0
+    assert not (tmp_path / "full" / "x").exists()

@@ -15,7 +15,8 @@ World model (``export_world_model``): the source world model (``env.world_model.
 the transformer and action weights of the checkpoint's PACE state, as a world-model directory
 ``WanWorldModelEnv`` and ``ActionWanModel.from_pretrained`` load.
 
-The output directory is written whole or not at all (``wmrl.atomic.atomic_dir``).
+The output directory is written whole or not at all (``wmrl.atomic.atomic_dir``), and only
+over a new or empty folder or an earlier export of the same kind unless ``force``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from strategies.checkpoint import load_full_state_dict
-from wmrl.atomic import atomic_dir
+from wmrl.atomic import atomic_dir, check_output_dir
 from wmrl.build import build
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError, one_line
@@ -76,13 +77,6 @@ def read_checkpoint(path: str) -> dict[str, Any]:
                           f"{one_line(err, 200)}): pass one that scripts/fit.py wrote") from None
 
 
-def check_out(out: str) -> None:
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ConfigError(f"--out {out} is a file: give a new (or empty) directory")
-    if os.path.isdir(out) and os.listdir(out):
-        raise ConfigError(f"--out {out} exists and is not empty: choose a new directory")
-
-
 def policy_state(ckpt: dict, path: str) -> dict[str, torch.Tensor]:
     """The checkpoint's policy tensors, named as in the policy's own files."""
     state = {k[len(POLICY_PREFIX):]: v for k, v in ckpt["state_dict"].items()
@@ -112,12 +106,13 @@ def weight_files(source: Path) -> dict[str, list[str]]:
 
 
 def export_policy(ckpt_path: str, out: str, source: str | None = None,
-                  adapter: bool = False) -> dict:
+                  adapter: bool = False, force: bool = False) -> dict:
     """Write the checkpoint's policy into ``out`` in the layout of ``source`` (default: the
     run's ``policy.pretrained_path``); returns a summary (tensors, files, source). A LoRA fit
     (``policy.lora``): the adapters are folded into the base read from ``source``, or with
-    ``adapter`` written alone as a peft adapter directory (no base needed)."""
-    check_out(out)
+    ``adapter`` written alone as a peft adapter directory (no base needed). ``force``: replace
+    an ``out`` that holds other files."""
+    check_output_dir(out, "lora_adapter" if adapter else "policy", force)
     ckpt = read_checkpoint(ckpt_path)
     state = policy_state(ckpt, ckpt_path)
     cfg = ckpt.get(CONFIG_KEY) or {}
@@ -150,7 +145,7 @@ def export_policy(ckpt_path: str, out: str, source: str | None = None,
         raise ConfigError(f"{ckpt_path}: its policy does not match {src} (missing "
                           f"{missing[:5]}, extra {extra[:5]}): pass the --source it was "
                           "trained from")
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, "policy") as tmp:
         for fn, keys in files.items():
             with safe_open(str(src / fn), framework="pt") as f:
                 meta = f.metadata()
@@ -255,11 +250,12 @@ checkpoint: load it where the base loads.
     return ModelCard(content)
 
 
-def export_world_model(ckpt_path: str, out: str, source: str | None = None) -> dict:
+def export_world_model(ckpt_path: str, out: str, source: str | None = None,
+                       force: bool = False) -> dict:
     """Write the PACE-refined world model of the checkpoint into ``out`` (a loadable
     world-model directory); ``source``: the world model the run started from (default: the
-    run's ``env.world_model.path``)."""
-    check_out(out)
+    run's ``env.world_model.path``); ``force``: replace an ``out`` that holds other files."""
+    check_output_dir(out, "world_model", force)
     ckpt = read_checkpoint(ckpt_path)
     pace = ckpt.get("pace")
     if not pace or not pace.get("world_model"):
