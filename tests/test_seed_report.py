@@ -1,20 +1,25 @@
-"""scripts/seed_report.py on synthetic run dirs whose figures are known by construction."""
+"""wmrl.eval.seed_report (scripts/seed_report.py) on synthetic run dirs whose figures are known
+by construction."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from wmrl.eval import seed_report
+from wmrl.run_logs import RunLogError
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("seed_report",
-                                              os.path.join(ROOT, "scripts", "seed_report.py"))
-seed_report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(seed_report)
+
+
+def printed(runs, against=None) -> str:
+    return "\n".join(seed_report.report_lines(seed_report.report(runs, against=against)))
 
 
 def make_run(root, name, sim, unseen, wm, fragile):
@@ -34,7 +39,7 @@ def make_run(root, name, sim, unseen, wm, fragile):
     return str(run)
 
 
-def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
+def test_gains_mean_se_gap_and_signal(tmp_path):
     runs = [make_run(tmp_path, "s0", [0.40, 0.45, 0.50], [0.42, 0.50], [0.30, 0.60], [0.1, 0.3]),
             make_run(tmp_path, "s1", [0.40, 0.42, 0.46], [0.42, 0.46], [0.35, 0.50], [0.1, 0.2]),
             make_run(tmp_path, "s2", [0.40, 0.48, 0.54], [0.42, 0.54], [0.40, 0.44], [0.0, 0.1])]
@@ -58,14 +63,13 @@ def test_gains_mean_se_gap_and_signal(tmp_path, capsys):
     (tmp_path / "s1" / "pace").mkdir()
     (tmp_path / "s1" / "pace" / "summary.json").write_text(json.dumps({"real_episodes": 480}))
     assert seed_report.report(runs)["summary"]["real_episodes"] == [0, 480, 0]
-    assert seed_report.main(runs) == 0
-    out = capsys.readouterr().out
+    out = printed(runs)
     assert "real episodes 480" in out
     assert ("gain_train: +10.0 +- 2.3 points (mean +- SE, 95% CI [+0.1, +19.9], n=3, "
             "min +6.0)") in out
 
 
-def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
+def test_against_pairs_runs_by_training_seed(tmp_path):
     def arm(name, gains, held_out=()):  # gains on the training / unseen scenes per seed 0, 1, 2
         runs = []
         for seed, (g, u) in enumerate(gains):
@@ -93,23 +97,31 @@ def test_against_pairs_runs_by_training_seed(tmp_path, capsys):
     assert res["gain_held_out"]["values"] == pytest.approx([-0.05, 0.01, -0.08])
     assert res["gain_held_out"]["min"] == pytest.approx(-0.08)
     assert res["gain_held_out"]["seeds"] == [0, 1, 2]
-    assert seed_report.main(new + ["--against"] + base) == 0
     # SE 0.0120, t_{0.975, 2} = 4.3027: 0.0433 +- 0.0517
     assert ("paired gain_train: +4.3 +- 1.2 points (mean +- SE, 95% CI [-0.8, +9.5], n=3, "
-            "min +2.0) vs the baseline") in capsys.readouterr().out
+            "min +2.0) vs the baseline") in printed(new, base)
     # a run not yet scored on the held-out scenes leaves its seed out of that pairing only
     os.remove(tmp_path / "new" / "s1" / "held_out.json")
     res = seed_report.report(new, against=base)["summary"]["paired"]
     assert res["gain_held_out"]["seeds"] == [0, 2] and res["gain_train"]["seeds"] == [0, 1, 2]
     assert res["gain_held_out"]["values"] == pytest.approx([-0.05, -0.08])
-    assert seed_report.main(new + ["--against"] + base) == 0
-    assert "vs the baseline (seeds [0, 2]: -5.0, -8.0)" in capsys.readouterr().out
+    assert "vs the baseline (seeds [0, 2]: -5.0, -8.0)" in printed(new, base)
     # a baseline with no shared seed is named
     (tmp_path / "base" / "s0" / "config.yaml").write_text("seed: 7\n")
-    assert seed_report.main(new[1:2] + ["--against", base[0]]) == 2
-    assert "no baseline run shares a training seed" in capsys.readouterr().err
+    with pytest.raises(RunLogError, match="no baseline run shares a training seed"):
+        seed_report.report(new[1:2], against=[base[0]])
 
 
-def test_missing_history_is_named(tmp_path, capsys):
-    assert seed_report.main([str(tmp_path)]) == 2
-    assert "sim_eval/history.jsonl" in capsys.readouterr().err
+def test_the_command_prints_the_lines_and_the_json_or_names_a_missing_history(tmp_path):
+    def command(*runs):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "seed_report.py"),
+                               *runs], capture_output=True, text=True, timeout=120)
+
+    run = make_run(tmp_path, "s0", [0.40, 0.45, 0.50], [0.42, 0.50], [0.30, 0.60], [0.1, 0.3])
+    proc = command(run)
+    assert proc.returncode == 0, proc.stderr
+    *lines, last = proc.stdout.strip().splitlines()
+    assert lines[0].startswith(f"{run}: sim 0:40.0 10:45.0 20:50.0 | gain +10.0")
+    assert json.loads(last)["gain_train"]["values"] == pytest.approx([0.10])
+    proc = command(str(tmp_path / "empty"))
+    assert proc.returncode == 2 and "sim_eval/history.jsonl" in proc.stderr

@@ -6,5 +6,7 @@
 * ``held_out.py``: runs scored on the held-out scenes (``scripts/score_held_out.py``);
 * ``run_length.py``: every step checkpoint scored there, the best step
   (``scripts/choose_run_length.py``);
+* ``seed_report.py``: learning figures over training seeds, paired by seed against a baseline
+  arm (``scripts/seed_report.py``);
 * ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
 """
