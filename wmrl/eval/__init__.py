@@ -1,4 +1,5 @@
-"""Honest evaluation of a policy in the simulator. Parts, one file each:
+"""Honest evaluation of a policy in the simulator, and of runs from what they wrote. Parts, one
+file each:
 
 * ``evaluate.py``: success on fixed initial states with Wilson intervals (``scripts/eval.py``,
   the sim-eval callback);
@@ -8,5 +9,7 @@
   (``scripts/choose_run_length.py``);
 * ``seed_report.py``: learning figures over training seeds, paired by seed against a baseline
   arm (``scripts/seed_report.py``);
+* ``compare_runs.py``: one logged metric of two runs step by step, a readable line and a PNG
+  (``scripts/compare_runs.py``);
 * ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
 """
