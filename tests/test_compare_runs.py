@@ -1,5 +1,6 @@
 """scripts/compare_runs.py (wmrl/eval/compare_runs.py) and wmrl/run_logs.py on synthetic
-metrics.csv logs whose figures are known by construction (correlation 1/sqrt(2), a shift, identical windows)."""
+metrics.csv logs whose figures are known by construction (correlation 1/sqrt(2), a shift,
+identical windows)."""
 
 from __future__ import annotations
 
