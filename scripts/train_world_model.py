@@ -1,13 +1,19 @@
-"""Train the tiny action-conditioned Wan world model on simulator trajectories.
+"""Build the tiny action-conditioned Wan world model FROM SCRATCH on simulator trajectories
+(the shipped asset, ``make assets``). To adapt an existing world model to your episodes (a
+LeRobot dataset, LoRA, a Trainer with checkpoints and resume) use
+scripts/finetune_world_model.py instead. Both train through the one world-model trainer,
+``WorldModelFinetune`` (wmrl/finetune/world_model_module.py): here without a Trainer, on
+cached clips.
 
     python scripts/train_world_model.py train_dirs=[DATA1,DATA2] val_dirs=[VAL] out_dir=OUT \
         [eval.reward_checkpoint=REWARD_DIR] [initial_states.out_dir=STATES_DIR]
 
-Stages (wmrl/finetune/world_model.py): VAE fit (or reuse ``vae_from``) -> latent statistics ->
-cache clip latents -> transformer fit -> save_pretrained(OUT) -> metrics (VAE and
-next-chunk PSNR/SSIM vs the copy-last-frame baseline; with a reward checkpoint, open-loop
-replay of held-out episodes through WanWorldModelEnv: world-model vs simulator success)
--> OUT/metrics.json. Config: conf/train_world_model.yaml.
+Stages: the VAE (the trainer's ``part=vae``, ``vae_train``; or reuse ``vae_from``) -> latent
+statistics -> cache clip latents -> the DiT + action modules (``part=dit``,
+``transformer_train``) -> save_pretrained(OUT) -> metrics (VAE and next-chunk PSNR/SSIM vs the
+copy-last-frame baseline; with a reward checkpoint, open-loop replay of held-out episodes
+through WanWorldModelEnv: world-model vs simulator success) -> OUT/metrics.json. Config:
+conf/train_world_model.yaml.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
 from wmrl.finetune import world_model as T  # noqa: E402
+from wmrl.finetune.world_model_module import train_stage  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
 
 
@@ -131,16 +138,11 @@ def _run(cfg: dict, log=print) -> dict:
                                      latents_std=list(trained_vae.config.latents_std))
         vae_losses = []
     else:
-        v = cfg["vae_train"]
+        v = dict(cfg["vae_train"])
         if v.get("init_from"):  # fine-tune a trained VAE (e.g. on a new camera) instead of fresh
             model.vae.load_state_dict(ActionWanModel.from_pretrained(v["init_from"]).vae.state_dict())
         t0 = time.time()
-        vae_losses = T.train_vae(model.vae, train, int(v["steps"]), int(v["batch_size"]),
-                                 float(v["lr"]), float(v["kl_weight"]), int(cfg["seed"]),
-                                 int(v["log_every"]), log,
-                                 int(v.get("clip_frames", 5)),
-                                 float(v.get("foreground_weight", 0.0)),
-                                 v.get("max_seconds"))
+        vae_losses = train_stage(model, "vae", v, train, int(cfg["seed"]), log)
         metrics["vae_train_seconds"] = time.time() - t0
         T.set_latent_stats(model.vae, train)
     model.vae.eval().requires_grad_(False)
@@ -149,13 +151,9 @@ def _run(cfg: dict, log=print) -> dict:
     t0 = time.time()
     latents = T.encode_clips(model, train)
     log(f"encoded {len(train)} clips -> {tuple(latents.shape)} in {time.time() - t0:.0f}s")
-    tt = cfg["transformer_train"]
     t0 = time.time()
-    dit_losses = T.train_transformer(
-        model, latents, train.actions, int(tt["steps"]), int(tt["batch_size"]), float(tt["lr"]),
-        float(tt["weight_decay"]), float(tt["context_noise_sigma"]), int(tt["warmup"]),
-        int(cfg["seed"]), int(tt["log_every"]), log, tt.get("max_seconds"),
-        float(tt.get("foreground_weight", 0.0)), float(tt.get("gripper_event_weight", 1.0)))
+    dit_losses = train_stage(model, "dit", dict(cfg["transformer_train"]),
+                             (latents, train.actions), int(cfg["seed"]), log)
     metrics["transformer_train_seconds"] = time.time() - t0
     if dit_losses or not cfg.get("init_from") or Path(cfg["init_from"]) != out_dir:
         model.save_pretrained(out_dir)

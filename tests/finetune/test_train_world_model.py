@@ -127,8 +127,9 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
     cfg["model"].update(height=32, width=32)  # the shipped VAE layout, a 1-layer 16-wide DiT
     cfg["model"]["transformer"].update(attention_head_dim=8, ffn_dim=16, num_layers=1)
     cfg["vae_train"].update(steps=10, batch_size=2, lr=3e-3, log_every=0)
-    cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup=2, log_every=0,
-                                    foreground_weight=1.0, gripper_event_weight=2.0)
+    cfg["transformer_train"].update(steps=20, batch_size=8, lr=3e-3, warmup_steps=2,
+                                    log_every=0, gripper_event_weight=2.0)
+    cfg["transformer_train"]["objective"]["foreground_weight"] = 1.0
     cfg["eval"].update(max_clips=4, reward_checkpoint=str(reward_dir), replay_episodes=3,
                        max_episode_steps=16)
     cfg["initial_states"].update(out_dir=str(tmp_path / "init"), tasks=["red_on_plate"],

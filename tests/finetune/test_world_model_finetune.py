@@ -4,7 +4,6 @@ LeRobot dataset in, a world-model directory out; LoRA and full; resume; export."
 from __future__ import annotations
 
 import csv
-import math
 import sys
 from pathlib import Path
 
@@ -90,7 +89,9 @@ def test_lora_fit_resume_and_export(assets, tmp_path):
     assert trainer.global_step == 3
     rows = metrics(run)
     losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
-    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    # the Lightning path's curve before the one trainer's ``step`` (automatic optimization,
+    # recorded at commit 2806f2c): the same
+    assert losses == [0.07237900048494339, 2.778899908065796, 1.1462491750717163]
     val = [r for r in rows if r.get("val/psnr")]
     assert len(val) == 2  # the starting model (validate_first) and step 2
     for row in val:
@@ -244,3 +245,86 @@ def test_finetune_starts_from_an_imported_wovr_checkpoint(tmp_path):
     assert any("lora_B" in n for n in moved) and any(n.startswith("model.action.") for n in moved)
     module.export(tmp_path / "out")
     assert ActionWanModel.from_pretrained(tmp_path / "out").transformer.config.num_layers == 2
+
+
+# Per-step losses and weight checksums (float64 sum of the trained parameters) of the loops
+# the one trainer replaced, recorded at commit 2806f2c (/tmp record: ``train_vae``,
+# ``train_transformer`` and ``Pace.finetune`` on ``_clips()`` with the settings below). The
+# trainer reproduces them bit for bit: the same draws from one generator in the same order
+# (clip indices, then the objective's), the same AdamW, clip and lr products.
+OLD_LOOPS = {
+    "vae_default": ([0.9501998424530029, 0.8897945284843445, 0.8644524216651917,
+                     0.8545405864715576], 448.12862387880546),
+    "vae_fg": ([0.9550865888595581, 0.8805680871009827, 0.8610642552375793,
+                0.8484400510787964], 448.26517768106714),
+    "dit_default": ([1.4314765930175781, 1.3967182636260986, 1.288434624671936,
+                     1.2530364990234375, 1.243388295173645], 67.4181825046544),
+    "dit_all": ([1.407349705696106, 1.357715368270874, 1.3719677925109863,
+                 1.3144276142120361, 1.1980140209197998], 67.77929294652859),
+    "pace_default": ([1.5346366167068481, 1.290952205657959, 1.281702995300293,
+                      1.2044636011123657, 1.1850510835647583, 1.0428417921066284],
+                     66.41678398783552),
+    "pace_event": ([1.478488802909851, 1.3401483297348022, 1.3516132831573486,
+                    1.20830237865448, 1.2110471725463867, 1.0802397727966309],
+                   67.48695181957737),
+}
+# conf/train_world_model.yaml's recipe at tiny sizes (train_vae's warm-up: max(1, steps // 20))
+VAE_STAGE = dict(steps=4, batch_size=2, log_every=0, lr=2e-3, lr_schedule="cosine",
+                 warmup_steps=1, lr_min_ratio=0.1, grad_clip=1.0)
+DIT_STAGE = dict(steps=5, batch_size=4, log_every=0, lr=3e-3, weight_decay=0.01,
+                 betas=[0.9, 0.99], lr_schedule="cosine", warmup_steps=2, lr_min_ratio=0.1,
+                 grad_clip=1.0)
+
+
+def _clips():
+    from wmrl.finetune.world_model import ClipSet
+
+    g = torch.Generator().manual_seed(0)
+    n = 6
+    frames = torch.randint(0, 256, (n, 13, 32, 32, 3), dtype=torch.uint8, generator=g)
+    acts = torch.rand(n, 13, 7, generator=g) * 2 - 1
+    acts[1, 8:, 6], acts[1, :8, 6] = 1.0, -1.0  # a gripper event
+    return ClipSet(frames, acts, torch.arange(n), torch.zeros(n, dtype=torch.long))
+
+
+def _checksum(params) -> float:
+    return float(sum(p.detach().double().sum() for p in params))
+
+
+def test_one_trainer_reproduces_the_asset_build_and_pace_loops():
+    """The asset build's two stages (``train_stage``) and PACE's refresh (two rounds on one
+    optimizer) through ``WorldModelFinetune`` give the old loops' losses and weights exactly."""
+    from tests.tiny_models import tiny_world_model_config
+    from wmrl.finetune.world_model import encode_clips
+    from wmrl.finetune.world_model_module import train_stage
+    from wmrl.pace.round import Pace
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (as recorded)
+    try:
+        clips, got = _clips(), {}
+        for name, obj in {"vae_default": {},
+                          "vae_fg": dict(clip_frames=9, foreground_weight=10.0)}.items():
+            m = tiny_world_model()
+            losses = train_stage(m, "vae", dict(VAE_STAGE, objective=obj), clips, 3, None)
+            got[name] = losses, _checksum(m.vae.parameters())
+        for name, kw in {"dit_default": dict(objective={"preset": "tabletop"}),
+                         "dit_all": dict(objective=dict(preset="tabletop", context_noise_sigma=0.1,
+                                                        foreground_weight=1.0),
+                                         gripper_event_weight=2.0)}.items():
+            m = tiny_world_model()
+            data = (encode_clips(m, clips), clips.actions)
+            losses = train_stage(m, "dit", dict(DIT_STAGE, **kw), data, 3, None)
+            got[name] = losses, _checksum([*m.transformer.parameters(), *m.action.parameters()])
+        for name, kw in {"pace_default": {},
+                         "pace_event": dict(gripper_event_weight=2.0,
+                                            foreground_weight=1.0)}.items():
+            p = Pace(tiny_world_model_config(), ["red_on_plate"], steps=3, batch_size=4, lr=3e-3,
+                     seed=2, context_noise_sigma=0.1, out_dir=None, verbose=False, **kw)
+            m = p.ensure_models()
+            lat = encode_clips(m, clips)
+            losses = p.finetune(lat, clips.actions, 1) + p.finetune(lat, clips.actions, 2)
+            got[name] = losses, _checksum([*m.transformer.parameters(), *m.action.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    assert got == OLD_LOOPS

@@ -1,14 +1,15 @@
-"""Train the action-conditioned Wan world model on simulator trajectories.
+"""Data and measurements for training the action-conditioned Wan world model.
 
 Clips are built by ``wmrl.world_model.clip_layout`` (``build_clip``), the layout
 ``WanWorldModelEnv.chunk_step`` feeds the model, so the model is trained on the distribution it
 is run on.
 
-Stages: (1) the VAE (``AutoencoderKLWan``) is fitted on clips with
-L = |x - x'|_1 + |x - x'|^2 + kl_weight * KL(q(z|x) || N(0, I)), then frozen, and its latent
-per-channel mean/std is written into its config (the model normalises latents with them);
-(2) the clips are encoded once (posterior mean) and the transformer + action modules are
-fitted with ``ActionWanModel.training_loss`` (flow matching on the 2 new latent frames).
+The data and the measurements around the world-model trainer
+(wmrl/finetune/world_model_module.py, ``WorldModelFinetune``: every training step is its):
+episodes -> clips (``build_clips``); the VAE's latent statistics (``set_latent_stats``) after
+its stage; the clips encoded once (``encode_clips``, posterior mean) for the DiT stage and
+PACE; the clip sampling weights; VAE and next-chunk quality, open-loop replay against the
+simulator; the simulator's evaluation scenes as initial states.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.envs.initial_states import InitialStates
 from wmrl.envs.train_pool import write_scene_frames
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
@@ -82,88 +82,6 @@ def build_clips(episodes: Sequence, condition_frames: int = CONDITION_FRAMES,
                    torch.tensor(ep_ids), torch.tensor(starts))
 
 
-def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    """Linear warm-up then cosine decay to 10% of ``lr``."""
-    return lr * lr_multiplier(step, steps, "cosine", warmup, min_ratio=0.1)
-
-
-def _log(msg: str, log: Callable[[str], None] | None) -> None:
-    if log is not None:
-        log(msg)
-
-
-# ---------------------------------------------------------------------------- VAE
-def train_vae(vae, clips: ClipSet, steps: int, batch_size: int = 4, lr: float = 1e-3,
-              kl_weight: float = 1e-6, seed: int = 0, log_every: int = 50,
-              log: Callable[[str], None] | None = print, clip_frames: int = 5,
-              foreground_weight: float = 0.0, max_seconds: float | None = None) -> list[float]:
-    """Fit ``vae`` on clips; returns the loss per step. Loss: L1 + MSE on [-1, 1] pixels +
-    kl_weight * KL (mean over latent elements). With ``foreground_weight`` = lambda the
-    pixel loss is a weighted mean with w = 1 + lambda * 1[|x - bg| > 0.1] (bg: the per-pixel
-    median of initial frames, i.e. the static table), so the few pixels of the hand and the
-    blocks are not drowned by the background. ``clip_frames`` = 1 + 4k < 13 trains on the
-    anchor + k random consecutive 4-frame groups of each clip (cheaper; the causal encoder
-    sees the same anchor-then-jump structure as in the env). ``max_seconds`` stops early."""
-    if steps <= 0:
-        return []
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
-    vae.train().requires_grad_(True)
-    bg = None
-    if foreground_weight > 0:
-        sub = clips.frames[torch.randperm(len(clips), generator=gen)[:256], 0]
-        bg = u8_to_unit_torch(sub).median(0).values.permute(2, 0, 1)[:, None]
-    losses = []
-    t0 = time.time()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, max(1, steps // 20))
-        idx = torch.randint(len(clips), (batch_size,), generator=gen)
-        x = clips.video(idx)
-        groups = (clip_frames - 1) // 4
-        if groups < (x.shape[2] - 1) // 4:
-            g = int(torch.randint((x.shape[2] - 1) // 4 - groups + 1, (1,), generator=gen))
-            x = torch.cat([x[:, :, :1], x[:, :, 1 + 4 * g : 1 + 4 * (g + groups)]], 2)
-        post = vae.encode(x).latent_dist
-        z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen)
-        rec = vae.decode(z).sample
-        kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
-        d = rec - x
-        if bg is None:
-            loss = d.abs().mean() + d.pow(2).mean() + kl_weight * kl
-        else:
-            fg = ((x - bg).abs().amax(1, keepdim=True) > 0.1).float()
-            w = 1.0 + foreground_weight * fg
-            loss = (w * (d.abs() + d.pow(2))).mean() / w.mean() + kl_weight * kl
-        losses.append(optimizer_step(opt, loss, vae.parameters()))
-        if _progress("vae", step, steps, losses, log_every, t0, max_seconds, log,
-                     f"kl {float(kl):.2f} "):
-            break
-    vae.eval().requires_grad_(False)
-    return losses
-
-
-def optimizer_step(opt, loss: torch.Tensor, params) -> float:
-    """One step of ``opt`` on ``loss`` (grad norm of ``params`` clipped to 1); the loss."""
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(list(params), 1.0)
-    opt.step()
-    return loss.item()
-
-
-def _progress(name: str, step: int, steps: int, losses: list[float], log_every: int,
-              t0: float, max_seconds: float | None, log, extra: str = "") -> bool:
-    """Log every ``log_every`` steps; True when the wall-time cap says stop."""
-    if log_every and (step + 1) % log_every == 0:
-        _log(f"{name} step {step + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
-             f"{extra}({time.time() - t0:.0f}s)", log)
-    if max_seconds is not None and time.time() - t0 > max_seconds:
-        _log(f"{name}: stopping at step {step + 1}, max_seconds={max_seconds} reached", log)
-        return True
-    return False
-
-
 @torch.no_grad()
 def set_latent_stats(vae, clips: ClipSet, max_clips: int = 256, batch_size: int = 32) -> None:
     """Write the per-channel mean/std of the posterior mean over ``clips`` into the VAE config
@@ -184,11 +102,13 @@ def refresh_latent_buffers(model: ActionWanModel) -> None:
     model.latents_std.copy_(torch.tensor(model.vae.config.latents_std).view(shape))
 
 
-# ---------------------------------------------------------------------------- transformer
+# ---------------------------------------------------------------------------- latents
 @torch.no_grad()
 def encode_clips(model: ActionWanModel, clips: ClipSet, batch_size: int = 32) -> torch.Tensor:
-    """Normalised posterior-mean latents of every clip, float32 [N, C, 4, h, w]."""
-    out = [model.encode(clips.video(torch.arange(i, min(i + batch_size, len(clips)))))
+    """Normalised posterior-mean latents of every clip, float32 [N, C, 4, h, w], on the
+    model's device."""
+    dev = next(model.vae.parameters()).device
+    out = [model.encode(clips.video(torch.arange(i, min(i + batch_size, len(clips)))).to(dev))
            for i in range(0, len(clips), batch_size)]
     return torch.cat(out)
 
@@ -205,50 +125,6 @@ def clip_sampling_weights(actions: torch.Tensor, gripper_event_weight: float = 1
     grip = actions[:, condition_frames - 1 :, 6] > 0
     event = (grip[:, 1:] != grip[:, :-1]).any(1)
     return torch.where(event, float(gripper_event_weight), 1.0)
-
-
-def train_transformer(model: ActionWanModel, latents: torch.Tensor, actions: torch.Tensor,
-                      steps: int, batch_size: int = 32, lr: float = 1e-3,
-                      weight_decay: float = 0.01, context_noise_sigma: float = 0.0,
-                      warmup: int = 100, seed: int = 0, log_every: int = 100,
-                      log: Callable[[str], None] | None = print,
-                      max_seconds: float | None = None, foreground_weight: float = 0.0,
-                      gripper_event_weight: float = 1.0) -> list[float]:
-    """Fit transformer + action modules (the VAE stays frozen) with flow matching on cached
-    latents [N, C, T_lat, h, w] and clip actions [N, 13, 7]; returns the loss per step.
-    ``max_seconds`` stops early (wall-time cap); ``foreground_weight``: see
-    ``ActionWanModel.training_loss``; ``gripper_event_weight``: see ``clip_sampling_weights``."""
-    if steps <= 0:
-        return []
-    if latents.shape[0] != actions.shape[0]:
-        raise ValueError(f"{latents.shape[0]} latent clips but {actions.shape[0]} action clips")
-    gen = torch.Generator().manual_seed(seed)
-    model.vae.requires_grad_(False)
-    params = [*model.transformer.parameters(), *model.action.parameters()]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99))
-    model.transformer.train()
-    model.action.train()
-    n_cond = model.latent_frames(CONDITION_FRAMES)
-    # uniform draws keep the RNG stream of runs without event weighting
-    probs = None if gripper_event_weight == 1.0 else clip_sampling_weights(actions,
-                                                                          gripper_event_weight)
-    losses = []
-    t0 = time.time()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, warmup)
-        idx = (torch.randint(latents.shape[0], (batch_size,), generator=gen) if probs is None
-               else torch.multinomial(probs, batch_size, replacement=True, generator=gen))
-        loss = model.training_loss(latents[idx], actions[idx], n_cond, generator=gen,
-                                   context_noise_sigma=context_noise_sigma,
-                                   foreground_weight=foreground_weight)
-        losses.append(optimizer_step(opt, loss, params))
-        if _progress("dit", step, steps, losses, log_every, t0, max_seconds, log):
-            break
-    model.eval().requires_grad_(False)
-    return losses
 
 
 # ---------------------------------------------------------------------------- evaluation

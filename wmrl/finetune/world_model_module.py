@@ -1,16 +1,30 @@
-"""Fine-tune the action-conditioned Wan world model as a LightningModule.
+"""The world-model trainer: the one place a training step of the action-conditioned Wan is
+computed, as a LightningModule (the fine-tune on a dataset, scripts/finetune_world_model.py)
+and without a Trainer (the asset build from scratch, scripts/train_world_model.py, and PACE's
+refresh, wmrl/pace/round.py).
 
-One training step: clips of 13 frames (anchor, 4 context frames, 8 new frames) and their
-actions -> the frozen VAE's latents (4 latent frames) -> ``FlowMatchObjective.loss``
-(objective.py: WoVR's objective, ``objective.preset=wovr``, proven equal to the DiffSynth fork
-that trained it, or the tabletop's, ``preset=tabletop``) -> AdamW on the trainable
-parameters: the whole DiT and the action modules (``lora: null``), or LoRA adapters on the
-DiT's attention and feed-forward projections (peft, through diffusers' ``add_adapter``) plus,
-with ``train_action_modules``, the action modules in full (a new robot's actions need them).
+One training step (``step``, the same with and without a Trainer): the loss of a clip batch
+-> backward -> the gradients' global norm clipped to ``grad_clip`` -> AdamW (``lr``,
+``betas``, ``weight_decay``) -> the lr schedule (``lr_schedule`` with ``warmup_steps`` and
+``lr_min_ratio``, ``wmrl.algorithms.lr_schedule``). What trains (``part``):
 
-PACE (wmrl/pace/round.py) fine-tunes its world-model copy with this module too: the same
-objective (``latent_loss``) and optimizer (``make_optimizer``) on its own clip buffer, between
-GRPO steps, without a Trainer.
+* ``dit`` (default): clips of 13 frames (anchor, 4 context frames, 8 new frames, the layout of
+  wmrl/world_model/clip_layout.py) and their actions -> the frozen VAE's latents (4 latent
+  frames) -> ``FlowMatchObjective.loss`` (objective.py: WoVR's objective,
+  ``objective.preset=wovr``, proven equal to the DiffSynth fork that trained it, or the
+  tabletop's, ``preset=tabletop``) on the whole DiT and the action modules (``lora: null``),
+  or LoRA adapters on the DiT's attention and feed-forward projections (peft, through
+  diffusers' ``add_adapter``) plus, with ``train_action_modules``, the action modules in full
+  (a new robot's actions need them);
+* ``vae``: the VAE on pixel clips with ``VaeObjective`` (vae_objective.py; the asset build's
+  first stage), the DiT and action modules frozen.
+
+Without a Trainer: ``begin_training(total_steps)`` builds the optimizer and schedule (kept
+across calls: PACE's rounds go on with one optimizer), then ``fit_latents`` (the DiT on cached
+latents) or ``fit_pixels`` (the VAE) draw random clip batches from one ``torch.Generator``
+(the clip indices, then the objective's draws, step after step) and take ``step``.
+``gripper_event_weight`` draws clips whose gripper command flips more often
+(``clip_sampling_weights``).
 
 Validation, on held-out episodes: the objective at fixed draws (``val/loss``), and the 8 new
 frames generated from the true condition frames and actions (``num_inference_steps`` Euler
@@ -27,6 +41,7 @@ the frozen rest comes from ``world_model.path`` again on resume, so ``strict_loa
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +54,33 @@ from torch.distributed.fsdp import FSDPModule
 from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
-from wmrl.finetune.world_model import predict_chunk
+from wmrl.finetune.update import optimizer_step
+from wmrl.finetune.world_model import ClipSet, clip_sampling_weights, predict_chunk
 from wmrl.lora import lora_config
 from wmrl.pixels import u8_to_unit_torch
 from wmrl.videos import save_gif, side_by_side_video
-from wmrl.world_model.action_wan import build_world_model
+from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 from wmrl.world_model.clip_layout import CONDITION_FRAMES
 from wmrl.world_model.objective import FlowMatchObjective
+from wmrl.world_model.vae_objective import VaeObjective
 
 PRESETS = ("wovr", "tabletop")
+PARTS = ("dit", "vae")
 # the DiffSynth fork's LoRA targets (q, k, v, o, ffn.0, ffn.2 of every block) in diffusers' names
 DIT_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
 
 
-def build_objective(cfg: dict[str, Any] | None) -> FlowMatchObjective:
-    """``{preset: wovr | tabletop, <FlowMatchObjective field>: value, ...}``."""
+def build_objective(cfg: dict[str, Any] | None, part: str = "dit"
+                    ) -> FlowMatchObjective | VaeObjective:
+    """``part=dit``: ``{preset: wovr | tabletop, <FlowMatchObjective field>: value, ...}``;
+    ``part=vae``: ``{<VaeObjective field>: value, ...}``."""
     cfg = dict(cfg or {})
+    if part == "vae":
+        try:
+            return VaeObjective(**cfg)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"objective (part=vae): {e} (fields: kl_weight, "
+                              "foreground_weight, clip_frames)") from None
     preset = cfg.pop("preset", "wovr")
     if preset not in PRESETS:
         raise ConfigError(f"objective.preset={preset!r} is not allowed: one of {PRESETS}")
@@ -66,22 +92,74 @@ def build_objective(cfg: dict[str, Any] | None) -> FlowMatchObjective:
                           "context_noise_sigma, foreground_weight)") from None
 
 
+def draw_clips(n: int, batch_size: int, generator: torch.Generator,
+               weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``batch_size`` clip indices in [0, n), uniform or in proportion to ``weights`` (drawn
+    with replacement). Uniform draws use ``randint`` (the stream of runs without weights)."""
+    if weights is None:
+        return torch.randint(n, (batch_size,), generator=generator)
+    return torch.multinomial(weights, batch_size, replacement=True, generator=generator)
+
+
+STAGE_KEYS = ("steps", "batch_size", "max_seconds", "log_every", "init_from")
+
+
+def train_stage(model: ActionWanModel, part: str, stage: dict[str, Any], data, seed: int,
+                log=print) -> list[float]:
+    """One stage of the asset build (conf/train_world_model.yaml's ``vae_train`` or
+    ``transformer_train``) without a Trainer: its keys but ``STAGE_KEYS`` are
+    ``WorldModelFinetune`` settings; ``data`` a ``ClipSet`` (``part=vae``) or (cached latents,
+    actions) (``part=dit``); one generator seeded with ``seed`` draws the clips and the
+    objective's noise. Returns the loss per step."""
+    steps = int(stage["steps"])
+    if steps <= 0:
+        return []
+    trainer = WorldModelFinetune(model, part=part, seed=seed,
+                                 **{k: v for k, v in stage.items() if k not in STAGE_KEYS})
+    fit = trainer.fit_pixels if part == "vae" else trainer.fit_latents
+    return fit(*(data if isinstance(data, tuple) else (data,)), steps, int(stage["batch_size"]),
+               torch.Generator().manual_seed(seed), log_every=int(stage.get("log_every", 0)),
+               log=log, max_seconds=stage.get("max_seconds"))
+
+
 class WorldModelFinetune(L.LightningModule):
-    def __init__(self, world_model: dict[str, Any], objective: dict[str, Any] | None = None,
+    """See the module docstring. ``world_model``: a ``build_world_model`` config (``path`` or
+    tiny sub-configs) or a built ``ActionWanModel`` (the asset build's)."""
+
+    def __init__(self, world_model: dict[str, Any] | ActionWanModel,
+                 objective: dict[str, Any] | None = None,
                  lora: dict[str, Any] | None = None, train_action_modules: bool = True,
                  lr: float = 1e-5, weight_decay: float = 0.0, betas: tuple = (0.9, 0.999),
                  lr_schedule: str = "constant", warmup_steps: int = 0,
+                 lr_min_ratio: float = 0.0, grad_clip: float | None = None,
+                 gripper_event_weight: float = 1.0, part: str = "dit",
                  gradient_checkpointing: bool = False, num_inference_steps: int = 5,
                  video_clips: int = 2, video_dir: str | None = None, seed: int = 0):
         super().__init__()
-        self.save_hyperparameters()
-        self.world_model_cfg = dict(world_model)
-        self.objective = build_objective(objective)
+        built = isinstance(world_model, ActionWanModel)
+        self.save_hyperparameters(ignore=["world_model"] if built else None)
+        if part not in PARTS:
+            raise ConfigError(f"part={part!r} is not allowed: one of {PARTS}")
+        if part == "vae" and lora is not None:
+            raise ConfigError("lora is for the DiT: set lora=null with part=vae")
+        if grad_clip is not None and grad_clip <= 0:
+            raise ConfigError(f"grad_clip={grad_clip} must be > 0 or null (no clipping)")
+        if gripper_event_weight <= 0:
+            raise ConfigError(f"gripper_event_weight={gripper_event_weight} must be > 0")
+        lr_multiplier(0, 1, lr_schedule, warmup_steps, lr_min_ratio)  # a bad name fails here
+        self.world_model_cfg = None if built else dict(world_model)
+        self.objective = build_objective(objective, part)
         self.lora = None if lora is None else dict(lora)
         if self.lora is not None:
             lora_config(self.lora, DIT_LORA_TARGETS)  # bad settings fail before the model loads
         self.model = None
+        self._trainable: list[str] = []
+        if built:
+            self.model = self._mark_trainable(world_model)
         self.strict_loading = False  # checkpoints hold the trainable parameters only
+        self.automatic_optimization = False  # ``step`` updates, with or without a Trainer
+        self.optimizer: torch.optim.Optimizer | None = None  # without a Trainer
+        self.schedule: torch.optim.lr_scheduler.LambdaLR | None = None
         self._val: dict[str, list[torch.Tensor]] = {}
 
     # ---------------------------------------------------------------- model
@@ -89,21 +167,30 @@ class WorldModelFinetune(L.LightningModule):
         if self.model is None:
             self.model = self._build()
 
-    def _build(self):
-        """The world model with the trainable parts marked (and the adapters, with LoRA)."""
-        model = build_world_model(self.world_model_cfg)
-        model.vae.requires_grad_(False).eval()
-        model.transformer.requires_grad_(self.lora is None)
-        model.action.requires_grad_(self.lora is None or self.hparams.train_action_modules)
+    def _build(self) -> ActionWanModel:
+        return self._mark_trainable(build_world_model(self.world_model_cfg))
+
+    def _mark_trainable(self, model: ActionWanModel) -> ActionWanModel:
+        """The trainable parts marked (and the adapters added, with LoRA)."""
+        vae = self.hparams.part == "vae"
+        model.vae.requires_grad_(vae)
+        if not vae:
+            model.vae.eval()
+        model.transformer.requires_grad_(not vae and self.lora is None)
+        model.action.requires_grad_(not vae and (self.lora is None
+                                                 or self.hparams.train_action_modules))
         if self.lora is not None:
             # adapters: requires_grad
             model.transformer.add_adapter(lora_config(self.lora, DIT_LORA_TARGETS))
         if self.hparams.gradient_checkpointing:
             model.transformer.enable_gradient_checkpointing()
+        self._trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         return model
 
     def trainable_parameters(self) -> dict[str, torch.nn.Parameter]:
-        return {n: p for n, p in self.named_parameters() if p.requires_grad}
+        """The parameters ``step`` updates (``model.``-prefixed names, in the model's order)."""
+        params = dict(self.model.named_parameters())
+        return {f"model.{n}": params[n] for n in self._trainable}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         keep = set(self.trainable_parameters())
@@ -111,23 +198,107 @@ class WorldModelFinetune(L.LightningModule):
                                     if k in keep}
 
     def make_optimizer(self) -> torch.optim.AdamW:
-        """AdamW over the trainable parameters (the Trainer's, and PACE's between its rounds)."""
+        """AdamW over the trainable parameters."""
         params = list(self.trainable_parameters().values())
         if not params:
             raise ConfigError("nothing to train: lora is null and the model is frozen?")
         return torch.optim.AdamW(params, lr=self.hparams.lr, betas=tuple(self.hparams.betas),
                                  weight_decay=self.hparams.weight_decay)
 
+    def make_schedule(self, optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+        """lr of step k = lr * ``lr_multiplier(k, total_steps, lr_schedule, warmup_steps,
+        lr_min_ratio)``, set after each step."""
+        h = self.hparams
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_multiplier(
+            k, total_steps, h.lr_schedule, h.warmup_steps, h.lr_min_ratio))
+
     def configure_optimizers(self):
         opt = self.make_optimizer()
         total = max(int(self.trainer.max_steps), 1) if self.trainer.max_steps > 0 else 1
-
-        def multiplier(step: int) -> float:
-            return lr_multiplier(step, total, self.hparams.lr_schedule,
-                                 self.hparams.warmup_steps)
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, multiplier)
+        # stepped by ``step`` (manual optimization); Lightning saves and restores its state
+        sched = self.make_schedule(opt, total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---------------------------------------------------------------- the step
+    def step(self, loss: torch.Tensor) -> float:
+        """The one training update (module docstring) on ``loss``; returns it. Under a Trainer
+        its optimizer, schedule and backward; without, ``begin_training``'s."""
+        if self._trainer is not None:
+            opt, sched, backward = self.optimizers(), self.lr_schedulers(), self.manual_backward
+        else:
+            if self.optimizer is None:
+                raise RuntimeError("call begin_training(total_steps) before step() without a "
+                                   "Trainer")
+            opt, sched, backward = self.optimizer, self.schedule, None
+        return optimizer_step(opt, loss, self.trainable_parameters().values(),
+                              self.hparams.grad_clip, sched, backward)
+
+    def begin_training(self, total_steps: int) -> None:
+        """Without a Trainer: the optimizer and an lr schedule over ``total_steps`` (once:
+        later calls keep them, as PACE's rounds do)."""
+        self.configure_model()
+        if self.optimizer is None:
+            self.optimizer = self.make_optimizer()
+            self.schedule = self.make_schedule(self.optimizer, max(int(total_steps), 1))
+
+    def fit_latents(self, latents: torch.Tensor, actions: torch.Tensor, steps: int,
+                    batch_size: int, generator: torch.Generator, **progress) -> list[float]:
+        """``steps`` steps of the DiT on random batches of cached clip latents [N, C, 4, h, w]
+        (``encode_clips``) and their actions [N, 13, D]; returns the loss per step.
+        ``progress``: ``log_every``, ``log``, ``max_seconds`` (a wall-time cap)."""
+        if latents.shape[0] != actions.shape[0]:
+            raise ValueError(f"{latents.shape[0]} latent clips but {actions.shape[0]} "
+                             "action clips")
+        w = self.hparams.gripper_event_weight
+        weights = None if w == 1.0 else clip_sampling_weights(actions.cpu(), w)
+
+        def batch_loss(gen: torch.Generator) -> torch.Tensor:
+            idx = draw_clips(len(latents), batch_size, gen, weights).to(latents.device)
+            return self.latent_loss(latents[idx], actions[idx], gen)
+
+        return self._fit(batch_loss, steps, generator, "dit", **progress)
+
+    def fit_pixels(self, clips: ClipSet, steps: int, batch_size: int,
+                   generator: torch.Generator, **progress) -> list[float]:
+        """``steps`` steps of the VAE (``part=vae``) on random batches of ``clips``; returns
+        the loss per step (``progress``: as ``fit_latents``)."""
+        if self.hparams.part != "vae":
+            raise ValueError("fit_pixels trains the VAE: build the trainer with part='vae'")
+        bg = self.objective.background(clips.frames[:, 0], generator)
+
+        def batch_loss(gen: torch.Generator) -> torch.Tensor:
+            x = clips.video(draw_clips(len(clips), batch_size, gen))
+            return self.objective.loss(self.model.vae, x, gen, bg)
+
+        return self._fit(batch_loss, steps, generator, "vae", **progress)
+
+    def _fit(self, batch_loss, steps: int, generator: torch.Generator, name: str,
+             log_every: int = 0, log=None, max_seconds: float | None = None) -> list[float]:
+        """The loop without a Trainer: ``step(batch_loss(generator))`` ``steps`` times; the
+        trainable parts in train mode meanwhile, the model frozen in eval mode after."""
+        self.begin_training(steps)
+        model = self.model
+        for p in self.trainable_parameters().values():
+            p.requires_grad_(True)
+        parts = [model.vae] if self.hparams.part == "vae" else [model.transformer, model.action]
+        for m in parts:
+            m.train()
+        losses: list[float] = []
+        t0 = time.time()
+        try:
+            for k in range(steps):
+                losses.append(self.step(batch_loss(generator)))
+                if log is not None and log_every and (k + 1) % log_every == 0:
+                    log(f"{name} step {k + 1}/{steps} loss {np.mean(losses[-log_every:]):.4f} "
+                        f"({time.time() - t0:.0f}s)")
+                if max_seconds is not None and time.time() - t0 > max_seconds:
+                    if log is not None:
+                        log(f"{name}: stopping at step {k + 1}, max_seconds={max_seconds} "
+                            "reached")
+                    break
+        finally:
+            model.eval().requires_grad_(False)
+        return losses
 
     # ---------------------------------------------------------------- steps
     def _latents(self, frames: torch.Tensor) -> torch.Tensor:
@@ -141,16 +312,20 @@ class WorldModelFinetune(L.LightningModule):
     def latent_loss(self, latents: torch.Tensor, actions: torch.Tensor,
                     generator: torch.Generator | None = None) -> torch.Tensor:
         """The objective on encoded clips (normalised latents [B, C, 4, h, w], actions
-        [B, 13, D]): what a training step takes, and PACE's fine-tune on its clip buffer."""
+        [B, 13, D]): what a DiT training step takes."""
         n_cond = self.model.latent_frames(CONDITION_FRAMES)
         return self.objective.loss(self.model, latents, actions, n_cond, generator)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.hparams.part != "dit":
+            raise ConfigError("the Lightning path trains the DiT (part=dit); the VAE stage "
+                              "runs without a Trainer (fit_pixels)")
         latents = self._latents(batch["frames"])
         gen = self._generator(self.global_step, self.global_rank)
         loss = self.latent_loss(latents, batch["actions"], gen)
-        self.log("train/loss", loss, prog_bar=True, batch_size=latents.shape[0])
-        return loss
+        self.step(loss)
+        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=latents.shape[0])
+        return loss.detach()
 
     def on_validation_epoch_start(self) -> None:
         self._val = {k: [] for k in ("loss", "psnr", "ssim", "copy_psnr", "imagined", "real")}

@@ -33,6 +33,7 @@ import torch
 from wmrl.build import build
 from wmrl.finetune import reward_on_imagination as R
 from wmrl.finetune import world_model as T
+from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.pace.ledger import PaceLedger, round_metrics
 from wmrl.sim.dataset import Episode
@@ -40,7 +41,7 @@ from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
 
-# what the fine-tune trains (train_transformer's parameters) and what is synced
+# what the fine-tune trains (the world-model trainer's part=dit, no LoRA) and what is synced
 TRAINED_PARTS = ("transformer.", "action.")
 
 
@@ -135,14 +136,14 @@ class Pace:
         self.sim_env.pop("_target_", None)
         self.sim_env.setdefault("terminate_on_success", post_success_steps is None)
         self.buffer_rounds, self.eval_clips = buffer_rounds, eval_clips
-        # the fine-tune is the world-model fine-tune's module (its objective with the
-        # tabletop's settings, its optimizer), stepped here on the round's clips
+        # the fine-tune is the world-model trainer (the tabletop's objective and optimizer,
+        # gradients clipped to 1, a constant lr), stepped here on the round's clip buffer
         self.finetuner = WorldModelFinetune(
             self.world_model_cfg, objective={"preset": "tabletop",
                                              "context_noise_sigma": context_noise_sigma,
                                              "foreground_weight": foreground_weight},
-            lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99), seed=seed)
-        self.gripper_event_weight = gripper_event_weight
+            lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99), grad_clip=1.0,
+            gripper_event_weight=gripper_event_weight, seed=seed)
         self.reward_steps, self.reward_lr = reward_steps, reward_lr
         self.reward_batch_size, self.reward_spec = reward_batch_size, reward
         self.reward_frames, self.reward_holdout = reward_frames, reward_holdout
@@ -151,7 +152,6 @@ class Pace:
         self.ledger = PaceLedger(out_dir, verbose)  # the budget and the version (checkpointed)
         # built on first use
         self.model: ActionWanModel | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
         self.reward = None
         self.reward_optimizer: torch.optim.Optimizer | None = None
         self._buffer: list[tuple[torch.Tensor, torch.Tensor]] = []  # (latents, actions)/round
@@ -167,7 +167,7 @@ class Pace:
             dev = torch.device(self.device or device or "cpu")
             self.finetuner.configure_model()
             self.model = self.finetuner.model.to(dev)
-            self.optimizer = self.finetuner.make_optimizer()  # transformer + action modules
+            self.finetuner.begin_training(self.steps)  # one optimizer for every round
             self.model.eval().requires_grad_(False)  # finetune() turns them on for its steps
             if self.reward_steps > 0:
                 self.reward = build(self.reward_spec).to(dev)
@@ -179,8 +179,10 @@ class Pace:
         return self.model
 
     @property
-    def model_device(self) -> torch.device:
-        return next(self.model.transformer.parameters()).device
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The world-model trainer's optimizer (transformer + action modules), kept across
+        rounds."""
+        return self.finetuner.optimizer
 
     def _apply_pending(self, sd: dict) -> None:
         if sd.get("world_model") is not None:
@@ -243,11 +245,8 @@ class Pace:
                              f"{self.world_model_cfg['height']}x{self.world_model_cfg['width']}: "
                              "set pace.sim_env.image_size to the task's image size")
         clips = T.build_clips(episodes)
-        dev = self.model_device
-        # (T.encode_clips, with the clips moved to the model's device)
-        lat = [model.encode(clips.video(torch.arange(i, min(i + 32, len(clips)))).to(dev))
-               for i in range(0, len(clips), 32)]
-        return torch.cat(lat), clips.actions.to(dev)
+        latents = T.encode_clips(model, clips)
+        return latents, clips.actions.to(latents.device)
 
     @torch.no_grad()
     def fixed_noise_loss(self, latents: torch.Tensor, actions: torch.Tensor) -> float:
@@ -265,36 +264,18 @@ class Pace:
 
     def finetune(self, latents: torch.Tensor, actions: torch.Tensor,
                  round_index: int) -> list[float]:
-        """``steps`` AdamW steps (this object's optimizer, kept across rounds) of
-        ``WorldModelFinetune.latent_loss`` (the tabletop objective) on random clip batches, as
-        ``T.train_transformer`` does but at a constant ``lr``; returns the loss per step."""
-        model = self.ensure_models()
+        """``steps`` steps of the world-model trainer (``WorldModelFinetune.fit_latents``: the
+        tabletop objective, this object's optimizer kept across rounds, a constant ``lr``) on
+        random batches of the clip buffer; returns the loss per step."""
+        self.ensure_models()
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
-        params = [*model.transformer.parameters(), *model.action.parameters()]
-        for p in params:
-            p.requires_grad_(True)
-        model.transformer.train()
-        model.action.train()
-        probs = None if self.gripper_event_weight == 1.0 else T.clip_sampling_weights(
-            actions.cpu(), self.gripper_event_weight)
-        losses = []
-        try:
-            for _ in range(self.steps):
-                idx = (torch.randint(len(latents), (self.batch_size,), generator=gen)
-                       if probs is None else
-                       torch.multinomial(probs, self.batch_size, replacement=True,
-                                         generator=gen))
-                idx = idx.to(latents.device)
-                loss = self.finetuner.latent_loss(latents[idx], actions[idx], gen)
-                losses.append(T.optimizer_step(self.optimizer, loss, params))
-        finally:
-            model.eval().requires_grad_(False)
-        return losses
+        return self.finetuner.fit_latents(latents, actions, self.steps, self.batch_size, gen)
 
     def finetune_reward(self, episodes: Sequence[Episode], round_index: int
                         ) -> tuple[list[float], dict[str, float]]:
-        """``reward_steps`` steps of class-balanced BCE (scripts/train_reward.py's loss,
-        ``reward_on_imagination.finetune_classifier``) -> (losses, metrics). ``reward_frames``:
+        """``reward_steps`` steps of the one reward trainer (class-balanced BCE, the gradient
+        clipped to 1: ``reward_trainer.finetune_reward_model``) -> (losses, metrics).
+        ``reward_frames``:
         ``real``: on the real frames, labelled by the simulator's success predicate;
         ``imagined``: on the refined world model's open-loop replays of the episodes, each
         imagined frame labelled by the simulator frame of the same step, a stratified
@@ -318,7 +299,7 @@ class Pace:
         labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
         tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
         gen = torch.Generator().manual_seed(self.seed * 1_000_033 + round_index)
-        return R.finetune_classifier(self.reward, self.reward_optimizer, frames, labels, tasks,
+        return finetune_reward_model(self.reward, self.reward_optimizer, frames, labels, tasks,
                                      self.reward_steps, self.reward_batch_size, gen), {}
 
     def run_round(self, policy, rollouts=None, step: int = 0,
