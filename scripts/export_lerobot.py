@@ -6,8 +6,9 @@
 Frames as the camera's mp4 video, actions (7-D), the privileged state, per-frame success
 (``next.success``) and the task text, one episode at a time. ``--fps`` defaults to the rate
 the dataset was collected at (its meta.json env.control_dt; 10 where it has none). Prints one
-JSON line (episodes, frames, path, ...); a bad dataset or an existing --out is refused in one
-line, exit code 2, with nothing written. The logic and the row mapping:
+JSON line (episodes, frames, path, ...); a bad dataset, or an --out holding anything but an
+earlier export (``--force`` replaces it), is refused in one line, exit code 2, with nothing
+written. The logic and the row mapping:
 ``wmrl/pipeline/lerobot_export.py``.
 """
 
@@ -30,7 +31,10 @@ from wmrl.pipeline.lerobot_export import export_lerobot  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("src", help="a trajectory dataset directory (meta.json, episodes-*.safetensors)")
-    p.add_argument("--out", required=True, help="the LeRobot dataset to write (must not exist)")
+    p.add_argument("--out", required=True,
+                   help="the LeRobot dataset to write (new, empty or an earlier export)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even if it holds other files (they are deleted)")
     p.add_argument("--version", default="v3.0", choices=VERSIONS, help="LeRobot layout")
     p.add_argument("--camera-key", default="observation.images.front",
                    help="the video feature's name")
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crf", type=int, default=30, help="video quality, lower is better")
     a = p.parse_args(argv)
     try:
-        info = export_lerobot(a.src, a.out, a.version, a.camera_key, a.fps, a.crf)
+        info = export_lerobot(a.src, a.out, a.version, a.camera_key, a.fps, a.crf, a.force)
     except ConfigError as err:
         print(f"export_lerobot: {err}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from wmrl.atomic import OUTPUT_MARKER
 from wmrl.errors import ConfigError
 from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
 from wmrl.lerobot.writer import write_lerobot
@@ -63,7 +64,8 @@ def assert_frames_close(got: np.ndarray, want: np.ndarray) -> None:
 
 def test_v30_layout(tmp_path):
     root = write_lerobot(tmp_path / "ds", episodes(), FPS, CAM, "v3.0")
-    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_file() and p.name != OUTPUT_MARKER)  # wmrl's mark, beside LeRobot's
     assert files == ["data/chunk-000/file-000.parquet", "meta/episodes/chunk-000/file-000.parquet",
                      "meta/info.json", "meta/stats.json", "meta/tasks.parquet",
                      f"videos/{CAM}/chunk-000/file-000.mp4"]
@@ -112,7 +114,8 @@ def test_v30_layout(tmp_path):
 
 def test_v21_layout(tmp_path):
     root = write_lerobot(tmp_path / "ds", episodes(), FPS, CAM, "v2.1")
-    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_file() and p.name != OUTPUT_MARKER)  # wmrl's mark, beside LeRobot's
     assert files == [*(f"data/chunk-000/episode_00000{i}.parquet" for i in range(3)),
                      "meta/episodes.jsonl", "meta/episodes_stats.jsonl", "meta/info.json",
                      "meta/tasks.jsonl",

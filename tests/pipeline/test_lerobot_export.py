@@ -112,5 +112,9 @@ def test_bad_inputs_are_refused_in_one_line_with_nothing_written(demos, tmp_path
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
     out.mkdir()
     (out / "keep").write_text("mine")
-    refused([str(demos), "--out", str(out)], "exists")
+    refused([str(demos), "--out", str(out)], f"export_lerobot: --out={out} holds files wmrl's "
+            "lerobot_dataset did not write (keep): pick a new or empty folder, or pass --force")
     assert [p.name for p in out.iterdir()] == ["keep"]
+    assert export_lerobot.main([str(demos), "--out", str(out), "--force"]) == 0
+    assert not (out / "keep").exists() and (out / "meta" / "info.json").is_file()
+    assert export_lerobot.main([str(demos), "--out", str(out)]) == 0  # an earlier export

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wmrl.atomic import check_output_dir
 from wmrl.errors import ConfigError
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.sim.dataset import Episode, TrajectoryDataset
@@ -85,17 +86,17 @@ def _episodes(ds: TrajectoryDataset, counts: list[int]) -> Iterator[tuple]:
 
 def export_lerobot(src: str | Path, out: str | Path, version: str = "v3.0",
                    camera_key: str = "observation.images.front", fps: int | None = None,
-                   crf: int = 30) -> dict:
+                   crf: int = 30, force: bool = False) -> dict:
     """Write the TrajectoryDataset at ``src`` as a LeRobot dataset at ``out`` (whole or not at
-    all; an existing ``out`` is an error). ``fps``: None takes ``dataset_fps``. ``crf``: the
+    all; an ``out`` holding anything but an earlier export is refused first unless ``force``:
+    ``wmrl.atomic.check_output_dir``). ``fps``: None takes ``dataset_fps``. ``crf``: the
     video quality (30 is LeRobot's default). Returns a summary: episodes, frames, path, ..."""
+    check_output_dir(out, "lerobot_dataset", force)
     ds = open_trajectories(src)
-    if Path(out).exists():
-        raise ConfigError(f"{out} exists: choose a new --out")
     fps = dataset_fps(ds) if fps is None else fps
     counts: list[int] = []
     names = state_names() if ds.meta.get("state_dim") == STATE_DIM else None
     write_lerobot(out, _episodes(ds, counts), fps, camera_key, version, crf=crf,
-                  action_names=ACTION_NAMES, state_names=names)
+                  action_names=ACTION_NAMES, state_names=names, overwrite=True)  # checked
     return {"episodes": len(counts), "frames": sum(counts), "path": str(out),
             "version": version, "fps": fps, "camera_key": camera_key, "tasks": ds.tasks}
