@@ -5,6 +5,7 @@ need); the parts:
 ``action_wan.py``  ``ActionWanModel``: the diffusers Wan DiT + VAE + action modules, the
                    flow-matching training loss and the chunk generation.
 ``sampler.py``     the sampler: the rectified-flow schedule and its Euler steps (the equations).
+``vae_objective.py`` the VAE's training loss (the world-model trainer's ``part=vae``).
 ``files.py``       a world-model directory's layout on disk.
 ``clip_layout.py`` the model's input layout (condition frames, chunk, reset and hold actions,
                    ``build_clip``): the env's and the trainer's clips, one definition.
