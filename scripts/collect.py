@@ -5,7 +5,9 @@
         collect.episodes_per_task=200 env.image_size=[32,32]
 
 Arguments are OmegaConf dot-list overrides of conf/sim/tabletop.yaml (``--config`` picks
-another file). The output format is documented in wmrl/sim/dataset.py.
+another file). The output format is documented in wmrl/sim/dataset.py. A ``collect.out_dir``
+holding anything but an earlier collection is refused in one line before any work
+(``collect.overwrite=true`` writes there anyway; an earlier collection needs it too).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from wmrl.atomic import check_output_dir, mark_output_dir  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.sim.dataset import TrajectoryWriter  # noqa: E402
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes  # noqa: E402
 from wmrl.sim.tabletop import STATE_DIM, TabletopVecEnv, task_by_name  # noqa: E402
@@ -58,6 +62,8 @@ def episode_specs(cfg: DictConfig) -> list[EpisodeSpec]:
 def collect(cfg: DictConfig, source=None) -> dict:
     """Roll out ``source`` (default: built from cfg) and write the dataset; returns a summary."""
     c = cfg.collect
+    check_output_dir(c.out_dir, "collect", c.overwrite, key="collect.out_dir",
+                     force_flag="collect.overwrite=true")
     kw = env_kwargs(cfg)
     kw["terminate_on_success"] = c.terminate_on_success
     source = build_source(cfg) if source is None else source
@@ -83,6 +89,7 @@ def collect(cfg: DictConfig, source=None) -> dict:
                 writer.add(ep)
                 n += 1
                 n_ok += ep.success
+        mark_output_dir(c.out_dir, "collect")
     finally:
         vec.close()
     return {"out_dir": str(c.out_dir), "episodes": n, "success_rate": n_ok / max(n, 1),
@@ -103,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config", default=str(ROOT / "conf/sim/tabletop.yaml"))
     p.add_argument("overrides", nargs="*", help="dot-list overrides, e.g. expert.noise_std=0.5")
     args = p.parse_args(argv)
-    print(json.dumps(collect(load_config(args.config, args.overrides))))
+    print(json.dumps(exit_on_config_error(collect, load_config(args.config, args.overrides))))
 
 
 if __name__ == "__main__":

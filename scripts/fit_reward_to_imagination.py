@@ -24,7 +24,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from wmrl.atomic import write_text  # noqa: E402
+from wmrl.atomic import check_output_dir, write_text  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.finetune.reward_on_imagination import fit_reward_to_imagination  # noqa: E402
 from wmrl.rewards.resnet import (  # noqa: E402
     ResNetSuccessReward,
@@ -58,6 +59,7 @@ def _shown(path) -> str:
 
 def run(cfg: dict) -> dict:
     """Replay, score, fine-tune, score, save; returns the metrics written to metrics.json."""
+    check_output_dir(cfg["out_dir"], "reward", bool(cfg.get("overwrite")), key="out_dir")
     dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
     episodes = [ep for d in dirs for ep in TrajectoryDataset(d)]
     if not episodes:
@@ -90,7 +92,7 @@ def _hydra_main() -> None:
     @hydra.main(version_base="1.3", config_path="../conf",
                 config_name="fit_reward_to_imagination")
     def main(cfg) -> None:
-        m = run(OmegaConf.to_container(cfg, resolve=True))
+        m = exit_on_config_error(run, OmegaConf.to_container(cfg, resolve=True))
         b, a = m["before"], m["after"]
         print(f"reward on {m['held_out_episodes']} held-out replays: episode precision "
               f"{b['episode_precision']:.2f} -> {a['episode_precision']:.2f}, recall "

@@ -32,7 +32,9 @@ not learn.
 Each stage is one of the project's scripts run as a subprocess (their own configs hold the
 hyper-parameters); how long a run takes: docs/running.md (How long it takes).
 Each output directory is written atomically by its script, so an interrupted run leaves the
-previous assets in place.
+previous assets in place. Before any stage runs, each output folder under ``--assets`` must be
+new, empty or an earlier output of its stage (the checked-in assets are, by their files);
+one holding anything else is refused in one line (``--force`` replaces it).
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from wmrl.atomic import check_output_dir  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
+
+# the folders under --assets, the writer of each (wmrl.atomic) and the stage that writes it
+OUTPUTS = {"policy": "policy", "world_model": "world_model", "initial_states": "initial_states",
+           "reward": "reward", "reward_on_imagination": "reward"}
 # per recipe: the task, expert noise_std -> seed (held out: seed + 10) of the world model's
 # expert data, extra overrides of that data, of the demos, of the SFT run and of the world
 # model's training
@@ -64,6 +74,12 @@ RECIPES = {
               "world_model": ["transformer_train.steps=8000",
                               "transformer_train.max_seconds=2700"]},
 }
+
+
+def check_outputs(assets: Path, names, force: bool) -> None:
+    """Every output folder ``names`` under ``assets`` may be written (before an hour of work)."""
+    for name in names:
+        check_output_dir(assets / name, OUTPUTS[name], force, key="--assets")
 
 
 def run(script: str, *overrides: str) -> None:
@@ -86,14 +102,19 @@ def main(argv: list[str] | None = None) -> None:
                    help="SFT-policy rollouts for the world model and reward")
     p.add_argument("--stage", default="all", choices=("all", "reward_on_imagination"),
                    help="all stages, or only the last one on the assets in --assets")
+    p.add_argument("--force", action="store_true", help="replace output folders under --assets "
+                   "even if they hold other files (they are deleted)")
     args = p.parse_args(argv)
     data, assets = Path(args.data), Path(args.assets)
+    exit_on_config_error(check_outputs, assets, OUTPUTS if args.stage == "all"
+                         else ["reward_on_imagination"], args.force)
+    args.overwrite = ["overwrite=true"] if args.force else []  # to each stage that writes one
     recipe = RECIPES[args.recipe]
     tasks = "[" + (args.tasks or recipe["task"]) + "]"
     t0 = time.time()
     if args.stage == "all":
         make_all(data, assets, recipe, tasks, args)
-    reward_on_imagination(data, assets, tasks)
+    reward_on_imagination(data, assets, tasks, args.overwrite)
     print(f"\nassets in {assets} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 
@@ -103,7 +124,7 @@ def policy_source(policy: Path) -> str:
             f"pretrained_path: {policy}, unnorm_key: tabletop}}")
 
 
-def reward_on_imagination(data: Path, assets: Path, tasks: str) -> None:
+def reward_on_imagination(data: Path, assets: Path, tasks: str, overwrite: list[str]) -> None:
     """Stage 7 (module docstring): fresh SFT-policy episodes -> the reward fine-tuned on
     their replays in the world model; held-out scores in its metrics.json."""
     fresh = data / "reward_on_imagination_policy"
@@ -112,7 +133,7 @@ def reward_on_imagination(data: Path, assets: Path, tasks: str) -> None:
         "collect.overwrite=true", policy_source(assets / "policy"))
     run("fit_reward_to_imagination.py", f"data_dir={fresh}", f"reward_dir={assets / 'reward'}",
         f"world_model_dir={assets / 'world_model'}",
-        f"out_dir={assets / 'reward_on_imagination'}")
+        f"out_dir={assets / 'reward_on_imagination'}", *overwrite)
 
 
 def make_all(data: Path, assets: Path, recipe: dict, tasks: str, args) -> None:
@@ -132,7 +153,7 @@ def make_all(data: Path, assets: Path, recipe: dict, tasks: str, args) -> None:
         "collect.overwrite=true", *recipe["demos"])
     policy = assets / "policy"
     run("sft_policy.py", f"data_dir={demos}", f"out_dir={policy}", f"eval.tasks={tasks}",
-        *recipe["sft"])
+        *recipe["sft"], *args.overwrite)
 
     policy_cfg = policy_source(policy)
     for split, n, seed, extra, dirs in (("train", args.policy_episodes, 31, [], train),
@@ -147,10 +168,11 @@ def make_all(data: Path, assets: Path, recipe: dict, tasks: str, args) -> None:
     world_model, reward = assets / "world_model", assets / "reward"
     run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs={val_list}",
         f"tasks={tasks}", f"out_dir={world_model}",
-        f"initial_states.out_dir={assets / 'initial_states'}", *recipe["world_model"])
+        f"initial_states.out_dir={assets / 'initial_states'}", *recipe["world_model"],
+        *args.overwrite)
     run("train_reward.py", "data_format=trajectories", f"data_dir={train_list}",
         "trajectories.negative_stride=4", f"trajectories.vae_from={world_model}",
-        f"out_dir={reward}", "steps=1000")
+        f"out_dir={reward}", "steps=1000", *args.overwrite)
     replay = data / "world_model_replay"  # re-evaluation only: the world model is unchanged
     run("train_world_model.py", f"train_dirs={train_list}", f"val_dirs=[{val[-1]}]",
         f"tasks={tasks}", f"init_from={world_model}", "transformer_train.steps=0",

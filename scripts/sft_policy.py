@@ -7,7 +7,9 @@
 Writes ``out_dir`` in the OpenVLA-OFT layout (``build_policy(pretrained_path=out_dir,
 unnorm_key=<unnorm_key>)`` loads it) plus ``sft_metrics.json`` (training curve, simulator
 success per task at the eval temperature, and the fraction of GRPO-style groups with mixed
-outcomes at the RL temperature). Targets and statistics: ``wmrl/pipeline/sft.py``.
+outcomes at the RL temperature). Targets and statistics: ``wmrl/pipeline/sft.py``. An
+``out_dir`` holding anything but a policy wmrl wrote is refused in one line before any work
+(``overwrite=true`` replaces it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
+from wmrl.atomic import check_output_dir  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
 from wmrl.pipeline import sft  # noqa: E402
 from wmrl.policies.configs import tiny_config  # noqa: E402
@@ -57,6 +61,7 @@ def policy_config(cfg: dict, stats: dict) -> dict:
 
 
 def run(cfg: dict) -> dict:
+    check_output_dir(cfg["out_dir"], "policy", bool(cfg.get("overwrite")), key="out_dir")
     torch.set_num_threads(int(cfg.get("threads") or 1))
     dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
     episodes = [e for d in dirs for e in select_episodes(TrajectoryDataset(d),
@@ -121,7 +126,7 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path="../conf", config_name="sft_policy")
     def main(cfg) -> None:
-        m = run(OmegaConf.to_container(cfg, resolve=True))
+        m = exit_on_config_error(run, OmegaConf.to_container(cfg, resolve=True))
         print(json.dumps({k: v for k, v in m.items() if k != "curve"}))
 
     main()

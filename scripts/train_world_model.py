@@ -28,6 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
+from wmrl.atomic import check_output_dir  # noqa: E402
+from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.finetune import world_model as T  # noqa: E402
 from wmrl.finetune.world_model_module import train_stage  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
@@ -88,6 +90,11 @@ def chunk_step_seconds(model: ActionWanModel, cfg: dict, num_envs: int = 32,
 def run(cfg: dict, log=print) -> dict:
     """The whole stage under ``cfg["threads"]`` torch threads and flushed denormals; the
     caller's thread count is restored after (it is process-wide state)."""
+    force = bool(cfg.get("overwrite"))  # before any work: no output over a user's files
+    check_output_dir(cfg["out_dir"], "world_model", force, key="out_dir")
+    if (cfg.get("initial_states") or {}).get("out_dir"):
+        check_output_dir(cfg["initial_states"]["out_dir"], "initial_states", force,
+                         key="initial_states.out_dir")
     threads = torch.get_num_threads()
     try:
         return _run(cfg, log)
@@ -194,7 +201,7 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path="../conf", config_name="train_world_model")
     def main(cfg) -> None:
-        run(OmegaConf.to_container(cfg, resolve=True))
+        exit_on_config_error(run, OmegaConf.to_container(cfg, resolve=True))
 
     main()
 

@@ -85,6 +85,12 @@ def written_by(path: str | os.PathLike) -> str | None:
         return None
 
 
+def mark_output_dir(path: str | os.PathLike, writer: str) -> None:
+    """Write the marker naming ``writer`` into ``path`` (``atomic_dir`` does it itself; a
+    writer that fills its folder file by file calls this once it is done)."""
+    write_text(Path(path) / OUTPUT_MARKER, json.dumps({"writer": writer}) + "\n")
+
+
 def _earlier_output(path: Path, writer: str) -> bool:
     """An unmarked folder in ``writer``'s layout from before markers (``EARLIER_LAYOUTS``)."""
     if writer not in EARLIER_LAYOUTS:
@@ -141,7 +147,7 @@ def atomic_dir(path: str | os.PathLike, writer: str | None = None,
     try:
         yield tmp
         if writer:
-            (tmp / OUTPUT_MARKER).write_text(json.dumps({"writer": writer}) + "\n")
+            mark_output_dir(tmp, writer)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
