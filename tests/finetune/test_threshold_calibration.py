@@ -1,19 +1,20 @@
 """The closed-loop threshold read: imagined peaks equal a hand-run loop of the same env, the
-threshold sweep by hand, and scripts/calibrate_threshold.py end to end on the shipped assets."""
+threshold sweep by hand, and the calibration (``wmrl.eval.success_threshold``,
+scripts/calibrate_threshold.py) end to end on the shipped assets."""
 
-import importlib.util
-import json
 import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from conftest import CONF_DIR, ROOT
+from conftest import CONF_DIR
 from omegaconf import OmegaConf
 
+from wmrl.config import ConfigError
 from wmrl.envs.initial_states import synthetic_initial_states
 from wmrl.envs.wan_env import WanWorldModelEnv
+from wmrl.eval.success_threshold import calibrate
 from wmrl.finetune.threshold_calibration import (
     imagined_peaks,
     rate_matching_threshold,
@@ -82,13 +83,8 @@ def test_threshold_sweep_by_hand():
     assert rate_matching_threshold(peaks, 0.375) == 0.995   # a tie 0.5 / 0.25: the higher h
 
 
-def test_calibrate_script_on_the_shipped_assets(tmp_path):
-    spec = importlib.util.spec_from_file_location("calibrate", ROOT + "/scripts/calibrate_threshold.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    out = tmp_path / "calibration.json"
-    assert script.main(["--states", "4", "--num-envs", "4", "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
+def test_calibrate_on_the_shipped_assets():
+    res = calibrate([], states=4, num_envs=4)
     assert res["eval_seed"] == 2 and res["states"] == 4 and res["env_success_threshold"] == 0.99
     assert res["sim_success"] in (0.0, 0.25, 0.5, 0.75, 1.0)  # 4 simulator episodes
     rates = res["wm_success_by_threshold"]
@@ -103,4 +99,5 @@ def test_calibrate_script_on_the_shipped_assets(tmp_path):
     auroc = res["scene_auroc"]
     assert (auroc != auroc) == (res["sim_success"] in (0.0, 1.0))
     assert auroc != auroc or 0.0 <= auroc <= 1.0
-    assert script.main(["--eval-seed", "1", "--states", "4"]) == 2  # the unseen scenes: refused
+    with pytest.raises(ConfigError, match="--eval-seed 1 is the unseen"):
+        calibrate([], eval_seed=1, states=4)  # the unseen scenes: refused

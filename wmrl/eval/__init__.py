@@ -11,5 +11,7 @@ file each:
   arm (``scripts/seed_report.py``);
 * ``compare_runs.py``: one logged metric of two runs step by step, a readable line and a PNG
   (``scripts/compare_runs.py``);
+* ``success_threshold.py``: the world model's success threshold read closed loop against the
+  simulator (``scripts/calibrate_threshold.py``);
 * ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
 """
