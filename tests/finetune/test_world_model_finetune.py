@@ -180,6 +180,21 @@ def test_bad_settings_fail_before_the_model_loads(assets):
         WorldModelFinetune({"path": "x"}, lora={"rank": 0})
     with pytest.raises(ConfigError, match="objective: .*unexpected keyword"):
         WorldModelFinetune({"path": "x"}, objective={"preset": "wovr", "sigma": 1})
+    from wmrl.finetune.world_model_module import train_stage
+
+    with pytest.raises(ConfigError, match="transformer_train: unknown settings \\['warmup'\\]"):
+        train_stage(tiny_world_model(), "dit", {"steps": 1, "batch_size": 1, "warmup": 2},
+                    None, 0)
+    with pytest.raises(ConfigError, match="lr_schedule='linear'"):
+        WorldModelFinetune({"path": "x"}, lr_schedule="linear")
+    with pytest.raises(ConfigError, match="part='transformer'"):
+        WorldModelFinetune({"path": "x"}, part="transformer")
+    with pytest.raises(ConfigError, match="grad_clip=0"):
+        WorldModelFinetune({"path": "x"}, grad_clip=0)
+    with pytest.raises(ConfigError, match="lora is for the DiT"):
+        WorldModelFinetune({"path": "x"}, part="vae", lora={"rank": 4})
+    with pytest.raises(ConfigError, match="objective \\(part=vae\\): .*clip_frames"):
+        WorldModelFinetune({"path": "x"}, part="vae", objective={"clip_frames": 6})
 
 
 def finetune_two_ranks(cwd: Path, *overrides: str) -> None:

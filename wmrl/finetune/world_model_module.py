@@ -41,6 +41,7 @@ the frozen rest comes from ``world_model.path`` again on resume, so ``strict_loa
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
-from wmrl.algorithms.lr_schedule import lr_multiplier
+from wmrl.algorithms.lr_schedule import LR_SCHEDULES, lr_multiplier
 from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.update import optimizer_step
@@ -111,11 +112,17 @@ def train_stage(model: ActionWanModel, part: str, stage: dict[str, Any], data, s
     ``WorldModelFinetune`` settings; ``data`` a ``ClipSet`` (``part=vae``) or (cached latents,
     actions) (``part=dit``); one generator seeded with ``seed`` draws the clips and the
     objective's noise. Returns the loss per step."""
+    settings = {k: v for k, v in stage.items() if k not in STAGE_KEYS}
+    known = set(inspect.signature(WorldModelFinetune).parameters) - {"world_model", "part",
+                                                                      "seed"}
+    if set(settings) - known:
+        key = "vae_train" if part == "vae" else "transformer_train"
+        raise ConfigError(f"{key}: unknown settings {sorted(set(settings) - known)} (the "
+                          f"stage's {list(STAGE_KEYS)} or WorldModelFinetune's {sorted(known)})")
     steps = int(stage["steps"])
     if steps <= 0:
         return []
-    trainer = WorldModelFinetune(model, part=part, seed=seed,
-                                 **{k: v for k, v in stage.items() if k not in STAGE_KEYS})
+    trainer = WorldModelFinetune(model, part=part, seed=seed, **settings)
     fit = trainer.fit_pixels if part == "vae" else trainer.fit_latents
     return fit(*(data if isinstance(data, tuple) else (data,)), steps, int(stage["batch_size"]),
                torch.Generator().manual_seed(seed), log_every=int(stage.get("log_every", 0)),
@@ -146,7 +153,9 @@ class WorldModelFinetune(L.LightningModule):
             raise ConfigError(f"grad_clip={grad_clip} must be > 0 or null (no clipping)")
         if gripper_event_weight <= 0:
             raise ConfigError(f"gripper_event_weight={gripper_event_weight} must be > 0")
-        lr_multiplier(0, 1, lr_schedule, warmup_steps, lr_min_ratio)  # a bad name fails here
+        if lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"lr_schedule={lr_schedule!r} is not allowed: one of "
+                              f"{LR_SCHEDULES}")
         self.world_model_cfg = None if built else dict(world_model)
         self.objective = build_objective(objective, part)
         self.lora = None if lora is None else dict(lora)
