@@ -1,8 +1,13 @@
 """Fitting the world model and the reward to simulator episodes: used offline (the asset
 scripts) and during a fit (PACE, ``wmrl.pace``). Parts, one file each:
 
-* ``world_model.py``: clips from episodes, the flow-matching fine-tune of the action-conditioned
-  Wan, replay checks (imagined vs real success);
+* ``world_model_module.py``: the one world-model trainer (``WorldModelFinetune``: the asset
+  build from scratch, the fine-tune on a dataset and PACE's refresh take its step);
+* ``world_model.py``: clips from episodes, cached latents, quality and replay checks
+  (imagined vs real success) around it;
+* ``world_model_clips.py``: the fine-tune's clip stream from LeRobot / trajectory datasets;
+* ``update.py``: one optimizer update (backward, gradient clip, step, lr schedule), the step
+  of every trainer here;
 * ``reward_data.py``: labelled reward frames (simulator frames and the world model's replays);
 * ``reward_on_imagination.py``: the reward classifier fine-tuned on imagined frames;
 * ``reward_evaluation.py``: a reward judged against ground-truth labels (the one confusion count);
