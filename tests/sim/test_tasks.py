@@ -10,11 +10,12 @@ from wmrl.sim import tabletop, tasks
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # what a user with only the WoVR release or a LeRobot dataset runs: config and schema checks,
-# the world-model trainer (its clips and module), the reward trainer's modules, the LeRobot
-# reader and export, the fit's assembly (its sim-eval callback is imported by the fit only when
-# configured)
-NO_SIMULATOR = ("wmrl.config", "wmrl.schema", "wmrl.fit", "wmrl.finetune.world_model",
-                "wmrl.finetune.world_model_module", "wmrl.finetune.world_model_clips",
+# the one trainer set-up and the fit's assembly (a sim-eval callback loads MuJoCo when it
+# runs), the world-model trainer (its clips, module and step), the reward trainer's modules,
+# the LeRobot reader and export
+NO_SIMULATOR = ("wmrl.config", "wmrl.schema", "wmrl.fit", "wmrl.launch.trainer",
+                "wmrl.finetune.world_model", "wmrl.finetune.world_model_module",
+                "wmrl.finetune.world_model_clips", "wmrl.finetune.update",
                 "wmrl.finetune.reward_data", "wmrl.finetune.reward_on_imagination",
                 "wmrl.rewards.resnet", "wmrl.lerobot.dataset", "wmrl.pipeline.lerobot_export")
 
