@@ -11,6 +11,7 @@ import strategies.dtypes
 import wmrl.dtypes
 from strategies import HybridShardStrategy
 from wmrl.algorithms.config import AlgorithmConfig
+from wmrl.config import policy_config_diff
 from wmrl.policies.openvla_oft import build_policy
 from wmrl.schema import check
 from wmrl.world_model.action_wan import build_world_model
@@ -78,3 +79,10 @@ def test_the_library_settings_take_the_same_names():
         with pytest.raises(ValueError, match=rf"{key}='bf17' is not allowed: one of \['float32', "
                                              r"'fp32', 'bfloat16', 'bf16', 'float16', 'fp16'\]"):
             make()
+
+
+def test_a_checkpoint_trained_in_bfloat16_resumes_with_bf16():
+    """Two spellings of one dtype are the same policy config; two dtypes are not."""
+    assert policy_config_diff({"dtype": "bfloat16"}, {"dtype": "bf16"}) == []
+    assert policy_config_diff({"dtype": "float32"}, {"dtype": "bf16"}) == [
+        "policy.dtype: 'float32' in the checkpoint, 'bf16' given"]

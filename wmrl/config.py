@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from wmrl.asset_checks import check_accelerator, check_assets
 from wmrl.build import to_container
+from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError
 from wmrl.schema import check as check_schema
 
@@ -196,6 +197,8 @@ def policy_config_diff(saved: dict, given: dict, prefix: str = "policy") -> list
     out = []
     for k in sorted(set(saved) | set(given)):
         a, b = saved.get(k, "<unset>"), given.get(k, "<unset>")
+        if k.endswith("dtype") and DTYPES.get(str(a), a) == DTYPES.get(str(b), b):
+            continue  # bf16 and bfloat16 are one dtype
         if k in HOW_TO_RUN_KEYS and prefix == "policy":
             continue  # how to load or run the policy, not which policy it is
         if isinstance(a, dict) and isinstance(b, dict):
