@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 from callbacks.sim_eval import SimEvalCallback
 from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction
 from wmrl.eval.policy_checkpoint import load_policy, policy_state_from_ckpt
+from wmrl.eval.results import format_table, run_eval
 from wmrl.pipeline import sft
 from wmrl.policies.action_tokenizer import ActionStats
 from wmrl.policies.configs import tiny_config
@@ -175,15 +175,7 @@ def test_sim_eval_callback_logs(tmp_path):
     assert len((out / "history.jsonl").read_text().splitlines()) == 3
 
 
-def _load_eval_script():
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script", ROOT / "scripts/eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_eval_script_loads_lightning_ckpt(tmp_path):
-    ev = _load_eval_script()
     base = tabletop_policy(seed=0)
     base.save_pretrained(str(tmp_path / "policy"))
     trained = tabletop_policy(seed=1)  # other weights: proves the ckpt is what gets loaded
@@ -195,16 +187,17 @@ def test_eval_script_loads_lightning_ckpt(tmp_path):
     loaded = load_policy(policy_cfg, str(tmp_path / "last.ckpt"))
     for k, v in trained.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
-    out = ev.run({"policy": policy_cfg, "ckpt_path": str(tmp_path / "last.ckpt"),
-                  "tasks": ["red_left"], "episodes_per_task": 2, "temperature": 1.0,
-                  "seed": 0, "num_envs": 2, "repeats": 1, "num_videos": 1,
-                  "out_dir": str(tmp_path / "eval"), "env": ENV})
+    out, table = run_eval({"policy": policy_cfg, "ckpt_path": str(tmp_path / "last.ckpt"),
+                           "tasks": ["red_left"], "episodes_per_task": 2, "temperature": 1.0,
+                           "seed": 0, "num_envs": 2, "repeats": 1, "num_videos": 1,
+                           "out_dir": str(tmp_path / "eval"), "env": ENV})
     assert out["episodes"] == 2 and set(out["per_task"]) == {"red_left"}
     lo, hi = out["success_ci95"]
     assert lo <= out["success"] <= hi
+    assert table.splitlines()[1].split()[:2] == ["red_left", "2"]
     # 1 of 4 and 3 of 4: Wilson's (k + z^2/2 -+ z sqrt(k (n-k) / n + z^2/4)) / (n + z^2)
-    assert ev.format_table({"a": [True, False, False, False],
-                            "b": [True, True, True, False]}).splitlines() == [
+    assert format_table({"a": [True, False, False, False],
+                         "b": [True, True, True, False]}).splitlines() == [
         "task             episodes  success  95% interval",
         "a                       4    0.250  [0.046, 0.699]",
         "b                       4    0.750  [0.301, 0.954]",

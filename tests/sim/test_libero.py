@@ -5,7 +5,6 @@ the config and ImportError tests run everywhere."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import sys
 
@@ -20,6 +19,7 @@ from wmrl.build import build
 from wmrl.config import ConfigError, validate
 from wmrl.envs.initial_states import group_state_ids, seed_reset_generator
 from wmrl.eval.evaluate import evaluate_policy
+from wmrl.eval.results import run_eval
 from wmrl.policies.configs import tiny_config
 from wmrl.policies.openvla_oft import build_policy
 
@@ -60,14 +60,6 @@ def _raises_missing_extra(fn, *args):
     assert isinstance(info.value.__cause__, ImportError)
 
 
-def _load_eval_script():
-    spec = importlib.util.spec_from_file_location("wmrl_eval_script",
-                                                  os.path.join(ROOT, "scripts/eval.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_configs_compose_and_building_without_the_extra_names_make_libero(monkeypatch):
     """sim=libero (eval) and env=libero_sim (experiment=sim_oracle) compose and validate; the
     default eval stays on the tabletop; building either env without LIBERO is an ImportError
@@ -88,7 +80,7 @@ def test_configs_compose_and_building_without_the_extra_names_make_libero(monkey
     _raises_missing_extra(build, env)
     cfg = OmegaConf.to_container(ev, resolve=True)
     cfg.update(num_envs=1, episodes_per_task=1)
-    _raises_missing_extra(_load_eval_script().run, cfg)  # scripts/eval.py builds sim=libero
+    _raises_missing_extra(run_eval, cfg)  # scripts/eval.py builds sim=libero
     # the size checks come first, without LIBERO too
     with pytest.raises(Exception, match="multiple of chunk"):
         build(dict(env, max_episode_steps=220))

@@ -3,6 +3,8 @@ file each:
 
 * ``evaluate.py``: success on fixed initial states with Wilson intervals (``scripts/eval.py``,
   the sim-eval callback);
+* ``results.py``: an eval's figures, per-task table, GIFs and ``results.json``
+  (``scripts/eval.py``);
 * ``policy_checkpoint.py``: a policy from its config with a fit checkpoint's weights over it;
 * ``held_out.py``: runs scored on the held-out scenes (``scripts/score_held_out.py``);
 * ``run_length.py``: every step checkpoint scored there, the best step
