@@ -1,18 +1,12 @@
-"""scripts/bench.py: stdout carries one JSON line per figure and nothing else, whatever a bench
-prints while it runs (the placement bench's fits print step lines; a child process writes to the
-inherited descriptor)."""
+"""scripts/bench.py (``wmrl.bench.run_benches``): stdout carries one JSON line per figure and
+nothing else, whatever a bench prints while it runs (the placement bench's fits print step
+lines; a child process writes to the inherited descriptor)."""
 
-import importlib.util
 import json
 import os
 import sys
 
 import wmrl.bench
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("bench_script", os.path.join(ROOT, "scripts", "bench.py"))
-bench_script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_script)
 
 NOISY = '''
 import os, subprocess, sys
@@ -29,7 +23,7 @@ def test_only_json_lines_reach_stdout(tmp_path, monkeypatch, capfd):
     (tmp_path / "noisy.py").write_text(NOISY)
     monkeypatch.setattr(wmrl.bench, "__path__", [*wmrl.bench.__path__, str(tmp_path)])
     try:
-        assert bench_script.main(["noisy"]) == 0
+        assert wmrl.bench.run_benches(["noisy"]) == 0
     finally:
         sys.modules.pop("wmrl.bench.noisy", None)
     out, err = capfd.readouterr()
