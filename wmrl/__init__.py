@@ -3,7 +3,8 @@
 Where each part lives (every package's docstring names the file of each of its parts):
 
 * the step: ``module.py`` (``GRPOModule.training_step``: rollout -> score -> update -> sync);
-  the trainer assembled from config: ``fit.py``
+  the trainer assembled from config: ``fit.py``; the one trainer set-up of every Lightning
+  entry point (fit, world-model fine-tune, reward training): ``launch/``
 * the update: ``algorithms/`` (advantage estimators: ``advantages.py``; stages: ``update.py``;
   the GRPO math: ``grpo.py``; settings: ``config.py``)
 * the policy: ``policies/`` (its sampler: ``OpenVLAOFTPolicy.sample`` in ``openvla_oft.py``)

@@ -382,6 +382,7 @@ class FinetuneWorldModelConfig:
 
     seed: int = MISSING
     out_dir: str = MISSING
+    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.atomic)
     run_dir: str = MISSING
     ckpt_path: Optional[str] = MISSING
     validate_first: bool = MISSING
@@ -426,13 +427,14 @@ class RewardModelSchema:
 class TrainRewardConfig:
     """conf/train_reward.yaml (``wmrl.finetune.reward_trainer.train_reward``). ``lerobot`` /
     ``trajectories`` go to their loader (``wmrl.finetune.reward_datasets``); ``task`` and
-    ``env`` are checked by their groups' schemas."""
+    ``env`` (the replays' settings) are checked by their groups' schemas."""
 
     data_dir: Any = MISSING  # one folder or a list (trajectories)
     data_format: RewardDataFormat = MISSING
     lerobot: Dict[str, Any] = MISSING
     trajectories: Dict[str, Any] = MISSING
     out_dir: str = MISSING
+    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.atomic)
     run_dir: str = MISSING
     ckpt_path: Optional[str] = MISSING
     arch: RewardArch = MISSING
@@ -452,8 +454,6 @@ class TrainRewardConfig:
     strategy: Dict[str, Any] = MISSING
     logger: Any = MISSING
     trainer: Dict[str, Any] = MISSING
-    task: Any = None
-    env: Any = None
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "lr", "gradient_clip_norm"):
@@ -509,10 +509,17 @@ def check_values(group: str, schema: type, values: Any) -> None:
         raise ConfigError(f"{key}: {_first_line(err)}") from None
 
 
+def fields_of(schema: type) -> set[str]:
+    return {f.name for f in fields(schema)}
+
+
 def check_entry(name: str, cfg: Any) -> None:
-    """The config of entry point ``name`` (``ENTRY_SCHEMAS``: conf/<name>.yaml) whole, then
-    the groups it shares with the fit (``check``); raises one-line ``ConfigError``s."""
-    check_values("", ENTRY_SCHEMAS[name], cfg)
+    """The config of entry point ``name`` (``ENTRY_SCHEMAS``: conf/<name>.yaml): its own keys
+    by its schema, the groups it shares with the fit (``task``, ``env``, ...) by theirs
+    (``check``); raises one-line ``ConfigError``s."""
+    shared = set(SCHEMAS) - set(fields_of(ENTRY_SCHEMAS[name])) | {g for g, _ in TARGET_SCHEMAS}
+    plain = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    check_values("", ENTRY_SCHEMAS[name], {k: v for k, v in plain.items() if k not in shared})
     check(cfg)
 
 

@@ -1,19 +1,15 @@
 """A reward from a LeRobot dataset (wmrl/finetune/reward_data.py, scripts/train_reward.py
 ``data_format=lerobot``): the per-frame labels by hand, then a classifier that learns them."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
+from wmrl.config import compose_config
 from wmrl.errors import ConfigError
 from wmrl.finetune.reward_data import frame_success, reward_frames_from_lerobot
+from wmrl.finetune.reward_trainer import train_reward
 from wmrl.lerobot.writer import write_lerobot
 
-ROOT = Path(__file__).resolve().parents[2]
 T, SUCCESS_FROM = 16, 10  # frames f10..f15 of every episode show the success
 
 
@@ -53,14 +49,11 @@ def test_labels_from_the_recorded_success_or_the_last_frames(tmp_path):
 
 def test_train_reward_learns_from_a_lerobot_dataset(tmp_path):
     write_lerobot(tmp_path / "rec", episodes(6), fps=10)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train_reward", overrides=[
-            "data_format=lerobot", f"data_dir={tmp_path / 'rec'}", f"out_dir={tmp_path / 'ckpt'}",
-            "steps=60", "batch_size=32", "lr=3e-3", "model.widths=[4,8,8,16]",
-            "model.image_size=[32,32]", "val_fraction=0.25", "log_every=0"])
-    spec = importlib.util.spec_from_file_location("train_reward", ROOT / "scripts/train_reward.py")
-    train_reward = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_reward)
-    metrics = train_reward.train(OmegaConf.to_container(cfg, resolve=True))
+    cfg = compose_config("train_reward", [
+        "data_format=lerobot", f"data_dir={tmp_path / 'rec'}", f"out_dir={tmp_path / 'ckpt'}",
+        f"run_dir={tmp_path / 'run'}", "steps=60", "batch_size=32", "lr=3e-3",
+        "model.widths=[4,8,8,16]", "model.image_size=[32,32]", "val_fraction=0.25",
+        "log_every=0"])
+    metrics = train_reward(cfg)
     assert metrics["n_eval"] == 24 and metrics["accuracy"] >= 0.9, metrics
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()

@@ -18,6 +18,7 @@ from conftest import ROOT
 from tiny_models import tiny_world_model
 
 from wmrl.finetune import reward_on_imagination as R
+from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.rewards.resnet import ResNetSuccessReward, save_checkpoint
 from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 
@@ -81,7 +82,7 @@ def test_finetune_learns_the_imagined_success_look():
     before = reward(frames[[0, 63]][None], ["t"])[0]
     assert abs(float(before[0] - before[1])) < 0.2  # the random init cannot tell them apart
     opt = torch.optim.AdamW(reward.model.parameters(), lr=1e-2)
-    losses = R.finetune_classifier(reward, opt, frames, labels, ["t"] * 64, 60, 32,
+    losses = finetune_reward_model(reward, opt, frames, labels, ["t"] * 64, 60, 32,
                                    torch.Generator().manual_seed(0))
     assert len(losses) == 60 and np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
     scores = reward(frames[[0, 63]][None], ["t"])[0]  # a white and a black frame

@@ -1,8 +1,8 @@
-"""ResNet success rewards, reward evaluation utilities and scripts/train_reward.py."""
+"""ResNet success rewards, reward evaluation utilities and scripts/train_reward.py
+(wmrl.finetune.reward_trainer.train_reward)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import pickle
@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import save_file
 from toys import assert_reward_contract
 
+from wmrl.config import compose_config
+from wmrl.finetune.reward_datasets import load_reward_dataset
 from wmrl.finetune.reward_evaluation import (
     binary_metrics,
     confusion_counts,
@@ -23,6 +25,7 @@ from wmrl.finetune.reward_evaluation import (
     trajectory_success,
     zero_variance_fraction,
 )
+from wmrl.finetune.reward_trainer import train_reward
 from wmrl.rewards.resnet import (
     TINY_CONFIG,
     ResNetClassifier,
@@ -169,11 +172,12 @@ def test_histogram_success_and_zero_variance_groups():
 
 
 # -- training script --------------------------------------------------------------------
-def _train_module():
-    spec = importlib.util.spec_from_file_location("train_reward", ROOT / "scripts/train_reward.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def reward_cfg(tmp_path: Path, *overrides: str):
+    """conf/train_reward.yaml on ``tmp_path/data`` -> ``tmp_path/ckpt`` (run dir
+    ``tmp_path/run``), with ``overrides``."""
+    return compose_config("train_reward", [
+        f"data_dir={tmp_path / 'data'}", f"out_dir={tmp_path / 'ckpt'}",
+        f"run_dir={tmp_path / 'run'}", "log_every=0", *overrides])
 
 
 def square_dataset(root: Path, n=192, size=32, seed=0, with_tasks=False):
@@ -194,16 +198,10 @@ def square_dataset(root: Path, n=192, size=32, seed=0, with_tasks=False):
 
 
 def test_train_reward_learns_bright_square_and_checkpoint_loads(tmp_path):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     x, labels = square_dataset(tmp_path / "data")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train_reward", overrides=[
-            f"data_dir={tmp_path / 'data'}", f"out_dir={tmp_path / 'ckpt'}", "steps=60",
-            "batch_size=32", "lr=3e-3", "model.widths=[4,8,8,16]", "model.image_size=[32,32]",
-            "val_fraction=0.25", "log_every=0"])
-    metrics = _train_module().train(OmegaConf.to_container(cfg, resolve=True))
+    metrics = train_reward(reward_cfg(tmp_path, "steps=60", "batch_size=32", "lr=3e-3",
+                                      "model.widths=[4,8,8,16]", "model.image_size=[32,32]",
+                                      "val_fraction=0.25"))
     assert metrics["split"] == "val" and metrics["n_eval"] == 48
     assert metrics["accuracy"] >= 0.9, metrics
     saved = json.loads((tmp_path / "ckpt/config.json").read_text())
@@ -226,13 +224,13 @@ def test_train_reward_on_one_thread_survives(tmp_path):
     code = (
         "import json, sys, torch\n"
         "torch.set_num_threads(1)\n"
-        f"sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
-        "import train_reward\n"
-        f"cfg = dict(data_dir={str(tmp_path / 'data')!r}, out_dir={str(tmp_path / 'ckpt')!r}, "
-        "arch='resnet', model={'widths': [4, 8, 8, 16], 'image_size': [32, 32]}, steps=60, "
-        "batch_size=32, lr=3e-3, weight_decay=0.0, val_fraction=0.25, balance=True, seed=0, "
-        "device='cpu', log_every=0)\n"
-        "print(json.dumps(train_reward.train(cfg)))\n")
+        "from wmrl.config import compose_config\n"
+        "from wmrl.finetune.reward_trainer import train_reward\n"
+        f"cfg = compose_config('train_reward', ['data_dir={tmp_path / 'data'}', "
+        f"'out_dir={tmp_path / 'ckpt'}', 'run_dir={tmp_path / 'run'}', "
+        "'model.widths=[4,8,8,16]', 'model.image_size=[32,32]', 'steps=60', 'batch_size=32', "
+        "'lr=3e-3', 'weight_decay=0.0', 'val_fraction=0.25', 'log_every=0'])\n"
+        "print(json.dumps(train_reward(cfg)))\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -240,13 +238,10 @@ def test_train_reward_on_one_thread_survives(tmp_path):
 
 
 def test_train_task_reward_roundtrip_and_bad_dataset(tmp_path):
-    mod = _train_module()
     x, _ = square_dataset(tmp_path / "data", n=48, with_tasks=True)
-    cfg = {"data_dir": str(tmp_path / "data"), "out_dir": str(tmp_path / "ckpt"),
-           "arch": "resnet_task", "model": TINY, "tasks": None, "steps": 2, "batch_size": 8,
-           "lr": 1e-3, "weight_decay": 0.0, "val_fraction": 0.0, "balance": True, "seed": 0,
-           "device": "cpu", "log_every": 0}
-    mod.train(cfg)
+    tiny = [f"model.{k}={v}".replace(" ", "") for k, v in TINY.items()]
+    train_reward(reward_cfg(tmp_path, "arch=resnet_task", *tiny, "steps=2", "batch_size=8",
+                            "lr=1e-3", "weight_decay=0.0", "val_fraction=0.0"))
     reward = TaskResNetSuccessReward(checkpoint=str(tmp_path / "ckpt"), round=False)
     scores = reward(x[:6].view(3, 2, 32, 32, 3), TASKS)
     assert reward.tasks == TASKS and scores.shape == (3, 2)
@@ -254,7 +249,7 @@ def test_train_task_reward_roundtrip_and_bad_dataset(tmp_path):
         TaskResNetSuccessReward(checkpoint=str(tmp_path / "ckpt"), tasks=TASKS[::-1])(
             x[:2].view(1, 2, 32, 32, 3), TASKS[:1])
     with pytest.raises(FileNotFoundError, match="frames.safetensors"):
-        mod.load_reward_dataset(tmp_path)
+        load_reward_dataset(tmp_path)
 
 
 def test_reward_configs_instantiate_lazily():

@@ -9,6 +9,9 @@ scripts) and during a fit (PACE, ``wmrl.pace``). Parts, one file each:
 * ``update.py``: one optimizer update (backward, gradient clip, step, lr schedule), the step
   of every trainer here;
 * ``reward_data.py``: labelled reward frames (simulator frames and the world model's replays);
+* ``reward_trainer.py``: the one reward trainer (``RewardTrainer``: scripts/train_reward.py
+  under a Trainer, PACE and the fit to imagination take its step without one);
+* ``reward_datasets.py``: the frames + success labels scripts/train_reward.py reads;
 * ``reward_on_imagination.py``: the reward classifier fine-tuned on imagined frames;
 * ``reward_evaluation.py``: a reward judged against ground-truth labels (the one confusion count);
 * ``threshold_calibration.py``: the success threshold whose imagined rate matches the simulator's;

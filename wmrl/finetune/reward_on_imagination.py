@@ -14,11 +14,13 @@ fine-tune, how well the reward's verdict on imagined frames matches what really 
                                               rule for an imagined success)
 
 plus the AUROC of both (threshold-free: do imagined successes and failures look different?).
-The fine-tune (``finetune_classifier``) is class-balanced BCE on logits z,
+The fine-tune is the one reward trainer's (``reward_trainer.finetune_reward_model``):
+class-balanced BCE on logits z,
 
     L = -mean[w y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))],   w = n_neg / n_pos,
 
-with BatchNorm kept in eval mode (a few small batches would skew its running statistics).
+with BatchNorm kept in eval mode (a few small batches would skew its running statistics), the
+gradient's norm clipped to 1.
 
 Used by PACE rounds (``pace.reward_frames=imagined``, wmrl/pace/round.py) and once, on the
 SFT policy's episodes, by ``scripts/fit_reward_to_imagination.py`` (a stage of
@@ -31,13 +33,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from wmrl.finetune.reward_data import imagined_replays
 from wmrl.finetune.reward_evaluation import binary_metrics, ranking_metrics
+from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.finetune.threshold_calibration import rate_matching_threshold
-from wmrl.finetune.world_model import optimizer_step
-from wmrl.rewards.resnet import training_input
 from wmrl.sim.dataset import Episode
 
 
@@ -104,33 +104,6 @@ def replay_metrics(reward, videos: Sequence[np.ndarray], episodes: Sequence[Epis
                                                                float(real.mean()))}
 
 
-def finetune_classifier(reward, optimizer: torch.optim.Optimizer, frames: torch.Tensor,
-                        labels: torch.Tensor, tasks: Sequence[str], steps: int,
-                        batch_size: int, generator: torch.Generator) -> list[float]:
-    """``steps`` optimizer steps of class-balanced BCE (module docstring) on random batches
-    of ``frames`` (uint8 [N, H, W, 3]) with ``labels`` (float [N]) and per-frame ``tasks``;
-    returns the loss per step. The reward's network is left frozen in eval mode."""
-    net = reward.model
-    task_ids = reward.task_ids(list(tasks), len(tasks))  # None for task-free rewards
-    pos = float(labels.sum())
-    pos_weight = torch.tensor((len(labels) - pos) / max(pos, 1.0))
-    dev = next(net.parameters()).device
-    net.requires_grad_(True)
-    losses = []
-    try:
-        for _ in range(steps):
-            idx = torch.randint(len(labels), (min(batch_size, len(labels)),),
-                                generator=generator)
-            x = training_input(frames[idx], reward.config.get("image_size"), dev)
-            t = None if task_ids is None else task_ids[idx].to(dev)
-            loss = F.binary_cross_entropy_with_logits(net.logits(x, t), labels[idx].to(dev),
-                                                      pos_weight=pos_weight.to(dev))
-            losses.append(optimizer_step(optimizer, loss, net.parameters()))
-    finally:
-        net.eval().requires_grad_(False)
-    return losses
-
-
 def fit_reward_to_imagination(reward, optimizer: torch.optim.Optimizer, world_model,
                               episodes: Sequence[Episode], steps: int, batch_size: int,
                               threshold: float, holdout: float, num_inference_steps: int,
@@ -148,8 +121,8 @@ def fit_reward_to_imagination(reward, optimizer: torch.optim.Optimizer, world_mo
     labels = torch.from_numpy(np.concatenate([frame_labels(episodes[i]) for i in train]))
     tasks = [episodes[i].task for i in train for _ in range(len(videos[i]))]
     gen = torch.Generator().manual_seed(seed)
-    losses = finetune_classifier(reward, optimizer, frames, labels, tasks, steps, batch_size,
-                                 gen)
+    losses = finetune_reward_model(reward, optimizer, frames, labels, tasks, steps, batch_size,
+                                   gen)
     after = replay_metrics(reward, held_videos, held_eps, threshold)
     return {"losses": losses, "before": before, "after": after,
             "train_episodes": len(train), "held_out_episodes": len(held),
