@@ -89,7 +89,7 @@ def collect(cfg: DictConfig, source=None) -> dict:
                 writer.add(ep)
                 n += 1
                 n_ok += ep.success
-        mark_output_dir(c.out_dir, "collect")
+        mark_output_dir(c.out_dir, "collect", ["meta.json", *(s["file"] for s in writer.shards)])
     finally:
         vec.close()
     return {"out_dir": str(c.out_dir), "episodes": n, "success_rate": n_ok / max(n, 1),

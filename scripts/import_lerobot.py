@@ -7,9 +7,10 @@
 Each episode gives its first frame as a reset state; ``--kir`` adds a keyframe state per
 ``--keyframes`` fraction (default 0.5): the 4 frames up to that point of the episode and their
 actions as the world model's context (RLinf's KIR). The dataset is read locally (v2.1 or v3.0
-layout), one episode at a time; a bad dataset, or an ``--out`` holding anything but an
-earlier import (``--force`` replaces it), is refused in one line before anything is written
-(exit 2). Prints one JSON line. The logic: ``wmrl/pipeline/lerobot_reset.py``.
+layout), one episode at a time; a bad dataset, or an ``<out>/dataset/`` or
+``<out>/initial_states/`` holding anything but an earlier import (``--force`` replaces them),
+is refused in one line before anything is written (exit 2). Nothing else in ``--out`` is
+touched. Prints one JSON line. The logic: ``wmrl/pipeline/lerobot_reset.py``.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from wmrl.pipeline.lerobot_reset import reset_states_from_lerobot  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dataset", help="a LeRobot dataset directory (meta/info.json, data/, videos/)")
-    p.add_argument("--out", required=True, help="where initial_states/ and dataset/ go (a "
-                   "new or empty folder, or an earlier import)")
-    p.add_argument("--force", action="store_true",
-                   help="replace --out even if it holds other files (they are deleted)")
+    p.add_argument("--out", required=True, help="where initial_states/ and dataset/ go "
+                   "(each new, empty or an earlier import; nothing else in --out is touched)")
+    p.add_argument("--force", action="store_true", help="replace <out>/initial_states/ and "
+                   "<out>/dataset/ even if they hold other files (they are deleted)")
     p.add_argument("--camera", default=None,
                    help="the video key of the frames (default: the dataset's only camera)")
     p.add_argument("--size", type=int, nargs="+", default=None,
@@ -45,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --kir: where in each episode, as fractions of its length")
     a = p.parse_args(argv)
     try:
-        check_output_dir(a.out, "import_lerobot", a.force)
+        if os.path.isfile(a.out):
+            raise ConfigError(f"--out={a.out} is a file: give a folder")
+        for part in ("dataset", "initial_states"):
+            check_output_dir(os.path.join(a.out, part), "import_lerobot", a.force)
         size = None if a.size is None else tuple(a.size * 2 if len(a.size) == 1 else a.size)
         if size is not None and (len(size) != 2 or min(size) < 1):
             raise ConfigError(f"--size {a.size}: S or H W, positive")

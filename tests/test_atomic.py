@@ -31,7 +31,8 @@ def test_atomic_dir_swaps_a_whole_folder_or_leaves_the_old_one(tmp_path):
         (d / "a.safetensors").write_text("v1")
         (d / "b.safetensors").write_text("v1")
     assert sorted(os.listdir(target)) == [OUTPUT_MARKER, "a.safetensors", "b.safetensors"]
-    assert json.loads((target / OUTPUT_MARKER).read_text()) == {"writer": "shards"}
+    assert json.loads((target / OUTPUT_MARKER).read_text()) == {
+        "writer": "shards", "entries": ["a.safetensors", "b.safetensors"]}
     with pytest.raises(RuntimeError, match="crash"):
         with atomic_dir(target, "shards") as d:
             (d / "a.safetensors").write_text("half")
@@ -67,6 +68,14 @@ def test_own_output_is_replaced_another_writers_only_when_forced(tmp_path):
     with atomic_dir(out, "reward") as d:
         (d / "model.safetensors").write_text("v1")
     check_output_dir(out, "reward")  # an earlier output of the same writer
+    assert json.loads((out / OUTPUT_MARKER).read_text()) == {"writer": "reward",
+                                                             "entries": ["model.safetensors"]}
+    (out / "metrics.json").write_text("{}")  # written after the marker, in its layout: ours
+    check_output_dir(out, "reward")
+    (out / "notes.txt").write_text("mine")  # put in later by the user: refused
+    with pytest.raises(ConfigError, match=r"reward did not write \(notes.txt\)"):
+        check_output_dir(out, "reward")
+    (out / "notes.txt").unlink()
     with pytest.raises(ConfigError, match="is reward's output, not world_model's"):
         check_output_dir(out, "world_model")
     check_output_dir(out, "world_model", force=True)  # the user said so: remembered ...
@@ -85,7 +94,7 @@ def test_unmarked_earlier_outputs_are_known_by_their_layout(tmp_path):
     with pytest.raises(ConfigError, match="holds files wmrl's policy did not write"):
         check_output_dir(wm, "policy")
     (wm / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigError, match=r"\(action, metrics_replay_reward.json, notes.txt, "):
+    with pytest.raises(ConfigError, match=r"world_model did not write \(notes.txt\)"):
         check_output_dir(wm, "world_model")
     policy = tmp_path / "downloaded"  # a policy layout without sft_metrics.json: not wmrl's
     policy.mkdir()

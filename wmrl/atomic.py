@@ -77,38 +77,56 @@ EARLIER_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _forced: set[Path] = set()  # folders the user said to replace (check_output_dir's force)
 
 
+def _marker(path: Path) -> dict:
+    try:
+        marker = json.loads((path / OUTPUT_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
 def written_by(path: str | os.PathLike) -> str | None:
     """The writer an output folder names in its marker; None when unmarked or unreadable."""
-    try:
-        return json.loads((Path(path) / OUTPUT_MARKER).read_text()).get("writer")
-    except (OSError, ValueError, AttributeError):
+    return _marker(Path(path)).get("writer")
+
+
+def mark_output_dir(path: str | os.PathLike, writer: str,
+                    entries: list[str] | None = None) -> None:
+    """Write the marker into ``path``: ``writer`` and ``entries``, the top-level names it wrote
+    (default: all the folder holds). ``atomic_dir`` does it itself; a writer that fills its
+    folder file by file calls this once it is done."""
+    path = Path(path)
+    if entries is None:
+        entries = [p.name for p in path.iterdir() if p.name != OUTPUT_MARKER]
+    write_text(path / OUTPUT_MARKER, json.dumps({"writer": writer, "entries": sorted(entries)},
+                                                indent=1) + "\n")
+
+
+def _not_written_by(path: Path, writer: str) -> list[str] | None:
+    """The entries of the folder ``path`` that ``writer`` did not write (its marker's
+    ``entries``, or any in its ``EARLIER_LAYOUTS`` layout: files added after the marker, such
+    as metrics.json, and folders from before markers); None when another writer marked it."""
+    marker = _marker(path)
+    signature, layout = EARLIER_LAYOUTS.get(writer, ((), ()))
+    if marker and marker.get("writer") != writer:
         return None
-
-
-def mark_output_dir(path: str | os.PathLike, writer: str) -> None:
-    """Write the marker naming ``writer`` into ``path`` (``atomic_dir`` does it itself; a
-    writer that fills its folder file by file calls this once it is done)."""
-    write_text(Path(path) / OUTPUT_MARKER, json.dumps({"writer": writer}) + "\n")
-
-
-def _earlier_output(path: Path, writer: str) -> bool:
-    """An unmarked folder in ``writer``'s layout from before markers (``EARLIER_LAYOUTS``)."""
-    if writer not in EARLIER_LAYOUTS:
-        return False
-    signature, layout = EARLIER_LAYOUTS[writer]
-    return all((path / f).is_file() for f in signature) and all(
-        any(fnmatch.fnmatch(p.name, pat) for pat in layout) for p in path.iterdir())
+    names = sorted(p.name for p in path.iterdir() if p.name != OUTPUT_MARKER)
+    if not marker and not (signature and all((path / f).is_file() for f in signature)):
+        return names
+    ours = set(marker.get("entries", ()))
+    return [n for n in names if n not in ours and not any(fnmatch.fnmatch(n, pat)
+                                                           for pat in layout)]
 
 
 def check_output_dir(path: str | os.PathLike, writer: str, force: bool = False,
                      key: str = "--out", force_flag: str | None = None) -> Path:
     """Refuse, in one line naming ``key``, an output folder this writer may not replace.
 
-    Allowed: no folder, an empty one, one whose marker names ``writer``, an unmarked one in
-    ``writer``'s earlier layout, or any folder with ``force`` (remembered for this process, so
-    ``atomic_dir`` on the same path replaces it too). A file at ``path`` is always refused.
-    ``force_flag``: how the user forces it (default ``--force`` for an argparse ``key``,
-    else ``overwrite=true``)."""
+    Allowed: no folder, an empty one, an earlier output of ``writer`` (marked by it, or
+    unmarked in its ``EARLIER_LAYOUTS``) holding nothing else, or any folder with ``force``
+    (remembered for this process, so ``atomic_dir`` on the same path replaces it too). A file
+    at ``path`` is always refused. ``force_flag``: how the user forces it (default
+    ``--force`` for an argparse ``key``, else ``overwrite=true``)."""
     path = Path(path)
     flag = force_flag or ("--force" if key.startswith("--") else "overwrite=true")
     if path.exists() and not path.is_dir():
@@ -118,13 +136,12 @@ def check_output_dir(path: str | os.PathLike, writer: str, force: bool = False,
     if force:
         _forced.add(path.resolve())
         return path
-    other = written_by(path)
-    if other == writer or (other is None and _earlier_output(path, writer)):
+    foreign = _not_written_by(path, writer)
+    if foreign == []:
         return path
-    held = sorted(p.name for p in path.iterdir())
-    what = (f"is {other}'s output, not {writer}'s" if other else
-            f"holds files wmrl's {writer} did not write ({', '.join(held[:3])}"
-            f"{', ...' if len(held) > 3 else ''})")
+    what = (f"is {written_by(path)}'s output, not {writer}'s" if foreign is None else
+            f"holds files wmrl's {writer} did not write ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''})")
     raise ConfigError(f"{key}={path} {what}: pick a new or empty folder, or pass {flag} to "
                       "replace it (everything in it is deleted)")
 

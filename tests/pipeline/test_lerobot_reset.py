@@ -69,7 +69,7 @@ def test_a_dataset_gives_the_states_rlinfs_reader_gives(tmp_path, capsys):
     ours = load_initial_states(out / "initial_states")
     pick, stack = "pick the red block", "stack the cubes"  # 2 states an episode
     assert ours.tasks == [pick, pick, stack, stack, pick, pick]
-    assert sorted(p.name for p in (out / "dataset").iterdir())[:2] == [
+    assert sorted(p.name for p in (out / "dataset").glob("traj*"))[:2] == [
         "traj000000.npy", "traj000000_k0_kir.npy"]
     # the keyframe of a 12-frame episode at 0.5 is round(5.5) = 6: context f3..f6
     torch.testing.assert_close(ours.context_actions[1, :, 0],
@@ -100,20 +100,24 @@ def test_a_bad_dataset_is_refused_before_anything_is_written(tmp_path, capsys):
     assert "(0, 1]" in capsys.readouterr().err and not out.exists()
 
 
-def test_out_holding_a_users_file_is_refused_an_earlier_import_replaced(tmp_path, capsys):
+def test_a_users_files_are_kept_or_refused_an_earlier_import_replaced(tmp_path, capsys):
     data, out = tmp_path / "lerobot", tmp_path / "out"
     write_lerobot(data, colour_episodes(1), fps=10)
-    out.mkdir()
+    (out / "reward").mkdir(parents=True)  # what else --out holds stays (a reward trained there)
     (out / "notes.txt").write_text("mine")
-    assert import_lerobot.main([str(data), "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (f"import_lerobot: --out={out} holds files wmrl's import_lerobot did not "
-                   "write (notes.txt): pick a new or empty folder, or pass --force to replace "
-                   "it (everything in it is deleted)")
-    assert [p.name for p in out.iterdir()] == ["notes.txt"]
-    assert import_lerobot.main([str(data), "--out", str(out), "--force"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [".wmrl_output.json", "dataset",
-                                                     "initial_states"]
+    assert import_lerobot.main([str(data), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["dataset", "initial_states", "notes.txt",
+                                                     "reward"]
     (out / "dataset" / "traj000000.npy").unlink()
     assert import_lerobot.main([str(data), "--out", str(out)]) == 0  # its own: replaced whole
     assert (out / "dataset" / "traj000000.npy").is_file()
+    capsys.readouterr()
+    (out / "initial_states" / "notes.txt").write_text("mine")
+    assert import_lerobot.main([str(data), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"import_lerobot: --out={out / 'initial_states'} holds files wmrl's import_lerobot did "
+        "not write (notes.txt): pick a new or empty folder, or pass --force to replace it "
+        "(everything in it is deleted)")
+    assert (out / "initial_states" / "notes.txt").is_file()
+    assert import_lerobot.main([str(data), "--out", str(out), "--force"]) == 0
+    assert not (out / "initial_states" / "notes.txt").exists()

@@ -17,8 +17,9 @@ Written: ``<out>/initial_states/`` (``wmrl.envs.initial_states``: the world-mode
 ``delta_action``, ``instruction``), state i being the i-th file in sorted order, the order
 RLinf's reader takes them: importing ``dataset/`` with ``import_reset_data`` gives the same
 states. The actions are the dataset's own: the world model must be trained on the same
-convention. ``<out>`` is written whole or not at all, and only over a new or empty folder or
-an earlier import (``wmrl.atomic.check_output_dir``: scripts/import_lerobot.py checks first).
+convention. Both folders are written whole or not at all, each only over a new or empty
+folder or an earlier import (``wmrl.atomic.check_output_dir``; scripts/import_lerobot.py checks
+them first); whatever else ``<out>`` holds stays.
 """
 
 from __future__ import annotations
@@ -88,9 +89,7 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
         raise ConfigError(f"--keyframes {bad}: fractions of an episode in (0, 1]")
     out = Path(out)
     names, anchors, tasks, ctx, acts = [], [], [], [], []
-    with atomic_dir(out, "import_lerobot") as tmp:
-        traj_dir = tmp / "dataset"
-        traj_dir.mkdir()
+    with atomic_dir(out / "dataset", "import_lerobot") as traj_dir:
         for ep in dataset.episodes():  # one episode in memory at a time
             for s in episode_states(ep, keyframes, context_frames):
                 _save_trajectory(traj_dir / s["name"], s["trajectory"])
@@ -102,11 +101,12 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
         if not names:
             raise ConfigError(f"{dataset.root}: no episodes")
         order = sorted(range(len(names)), key=names.__getitem__)  # RLinf's reader's order
-        states_dir = tmp / "initial_states"
-        write_initial_states(states_dir, np.stack([anchors[i] for i in order]),
-                             [tasks[i] for i in order], np.stack([ctx[i] for i in order]),
-                             np.stack([acts[i] for i in order]))
-        write_text(states_dir / "sources.json", json.dumps([names[i] for i in order], indent=1))
+        with atomic_dir(out / "initial_states", "import_lerobot") as states_dir:
+            write_initial_states(states_dir, np.stack([anchors[i] for i in order]),
+                                 [tasks[i] for i in order], np.stack([ctx[i] for i in order]),
+                                 np.stack([acts[i] for i in order]))
+            write_text(states_dir / "sources.json",
+                       json.dumps([names[i] for i in order], indent=1))
     return {"initial_states": str(out / "initial_states"), "dataset": str(out / "dataset"),
             "states": len(names), "kir_states": sum("_kir" in n for n in names),
             "tasks": sorted(set(tasks)), "image": list(anchors[0].shape)}

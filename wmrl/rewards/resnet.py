@@ -208,7 +208,7 @@ def save_checkpoint(model: nn.Module, config: dict, out_dir: str | Path) -> Path
     ):
         with atomic_path(out / name) as tmp:
             write(tmp)
-    mark_output_dir(out, "reward")
+    mark_output_dir(out, "reward", ["model.safetensors", "config.json"])
     return out
 
 
