@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
 import numpy as np
+import torch
 from omegaconf import OmegaConf
 
 from wmrl.build import to_container
@@ -41,8 +43,6 @@ def float32_gemms_on_cpu(spec: dict, *modules) -> dict:
     """On a CPU, the bf16 linear layers of ``modules`` through float32 GEMMs: torch's bf16
     GEMM there is its reference loop without AVX-512 BF16 or AMX (``cpu_linear``). Returns the
     result row's note: how many layers were switched."""
-    import torch
-
     if spec["device"] != "cpu":
         return {}
     n = bf16_linears_in_float32(*(m for m in modules if isinstance(m, torch.nn.Module)))
@@ -138,9 +138,6 @@ def rollout(spec: dict, cfg) -> dict:
 def grpo(spec: dict, cfg) -> dict:
     """One GRPO update on made-up groups of 2 (one success, one failure each): a bare Trainer
     (no logger, no checkpoint: nothing but the update is measured)."""
-    import lightning as L
-    import torch
-
     peak = PeakMemory(spec["device"])
     n = int(cfg.rollout.num_envs)
     image, tasks = first_states(cfg, n)
