@@ -6,7 +6,8 @@ need); the parts:
                    flow-matching training loss and the chunk generation.
 ``sampler.py``     the sampler: the rectified-flow schedule and its Euler steps (the equations).
 ``vae_objective.py`` the VAE's training loss (the world-model trainer's ``part=vae``).
-``files.py``       a world-model directory's layout on disk.
+``files.py``       a world-model directory's layout on disk, and the test for one
+                   (``is_world_model_dir``).
 ``clip_layout.py`` the model's input layout (condition frames, chunk, reset and hold actions,
                    ``build_clip``): the env's and the trainer's clips, one definition.
 """
