@@ -7,6 +7,8 @@ from real_size_plans import default_plan, plan_for
 from wmrl.build import to_container
 from wmrl.plan.compose import compose
 from wmrl.plan.meta import build_policy, build_world_model
+from wmrl.policies.checkpoint import is_policy_dir
+from wmrl.world_model.files import CONFIG_FILES, is_world_model_dir
 
 
 def test_param_counts_come_from_the_meta_modules():
@@ -39,3 +41,18 @@ def test_present_checkpoints_are_planned_from_their_own_configs():
     assert h["reward_source"].startswith("config.json of")
     assert h["shard_group"] == 1 and plan.roles["trainer"].working["fsdp_gather_reduce"] == 0
     assert plan.params["policy"]["params"] < 5e6 and plan.params["policy"]["dtype"] == "float32"
+
+
+def test_a_checkpoint_directory_is_known_by_its_config_files(tmp_path):
+    """The one test each (``is_policy_dir``, ``is_world_model_dir``) the plan, the meta build,
+    the asset checks and the full-size check share: the architecture's files, all the plan
+    reads."""
+    assert not is_policy_dir(None) and not is_policy_dir(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    assert is_policy_dir(tmp_path) and is_policy_dir(str(tmp_path))
+    wm = tmp_path / "wm"
+    for name in CONFIG_FILES:
+        assert not is_world_model_dir(wm)  # transformer/, vae/, action/: all three or none
+        (wm / name).parent.mkdir(parents=True)
+        (wm / name).write_text("{}")
+    assert is_world_model_dir(wm) and not is_world_model_dir("")
