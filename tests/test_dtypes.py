@@ -13,6 +13,8 @@ from strategies import HybridShardStrategy
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.config import policy_config_diff
 from wmrl.policies.openvla_oft import build_policy
+from wmrl.rewards.topreward import TOPReward
+from wmrl.rollout.datamodule import RolloutDataModule
 from wmrl.schema import check
 from wmrl.world_model.action_wan import build_world_model
 from wmrl.world_model.objective import FlowMatchObjective
@@ -47,9 +49,10 @@ SETTINGS = {
         {**tiny_world_model_config(), "dtype": n}).transformer.dtype,
     "env.world_model.vae_dtype": lambda n: next(build_world_model(
         {**tiny_world_model_config(), "vae_dtype": n}).vae.parameters()).dtype,
-    "rollout.policy_dtype": None,
+    "rollout.policy_dtype": lambda n: RolloutDataModule(policy={}, env={},
+                                                        policy_dtype=n).policy_dtype,
     "pace.dtype": None,
-    "reward.dtype": None,
+    "reward.dtype": lambda n: TOPReward("tiny", dtype=n)._torch_dtype(),
     "algorithm.optimizer_dtype": lambda n: getattr(torch, AlgorithmConfig(
         optimizer_dtype=n).optimizer_dtype),
 }

@@ -41,7 +41,8 @@ def test_each_precision_setting_is_counted_as_it_runs():
     from wmrl.errors import ConfigError
 
     p = default_plan().params["policy"]["params"]
-    bf16 = plan_for("policy.dtype=bfloat16", "algorithm.optimizer_dtype=bfloat16")
+    bf16 = plan_for("policy.dtype=bfloat16", "algorithm.optimizer_dtype=bf16")  # either name
+    assert bf16.header["optimizer_dtype"] == "bfloat16"  # labelled by torch's name
     t = bf16.roles["trainer"]
     assert t.resident["weights"] == 2 * p // 8 and t.working["grads"] == 2 * p // 8
     assert t.resident["adamw_m_v_bfloat16"] == 4 * p // 8

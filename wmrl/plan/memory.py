@@ -43,13 +43,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 from strategies.precision import param_dtype_for_precision
 from wmrl.algorithms.config import check_optimizer_dtype
 from wmrl.build import to_container
-from wmrl.dtypes import DTYPES
+from wmrl.dtypes import dtype_name, to_dtype
 from wmrl.lora import is_adapter_key
 from wmrl.plan.activations import (
     policy_dims,
@@ -148,7 +147,7 @@ def _compute_bytes(cfg, e: int) -> int:
     ``HybridShardStrategy.compute_param_dtype`` picks it: ``strategy.param_dtype``, else the
     Trainer's precision, else the parameters' own."""
     name = (cfg.get("strategy") or {}).get("param_dtype")
-    dtype = (getattr(torch, DTYPES[str(name)]) if name
+    dtype = (to_dtype(name, "strategy.param_dtype") if name
              else param_dtype_for_precision(cfg.trainer.get("precision")))
     return dtype.itemsize if dtype is not None else e
 
@@ -183,19 +182,18 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
     p = numel(policy)
     e = next(policy.parameters()).element_size()
     params = {
-        "policy": dict(params=p, dtype=str(next(policy.parameters()).dtype).replace("torch.", ""),
+        "policy": dict(params=p, dtype=dtype_name(next(policy.parameters()).dtype),
                        bytes=nbytes(policy)),
         "dit": dict(params=numel(wm.transformer), bytes=nbytes(wm.transformer),
-                    dtype=str(wm.transformer.dtype).replace("torch.", "")),
+                    dtype=dtype_name(wm.transformer.dtype)),
         "vae": dict(params=numel(wm.vae), bytes=nbytes(wm.vae),
-                    dtype=str(wm.vae.dtype).replace("torch.", "")),
+                    dtype=dtype_name(wm.vae.dtype)),
         "action": dict(params=numel(wm.action), bytes=nbytes(wm.action),
-                       dtype=str(next(wm.action.parameters()).dtype).replace("torch.", "")),
+                       dtype=dtype_name(next(wm.action.parameters()).dtype)),
     }
     if reward_model is not None:
         params["reward"] = dict(params=numel(reward_model), bytes=nbytes(reward_model),
-                                dtype=str(next(reward_model.parameters()).dtype).replace(
-                                    "torch.", ""))
+                                dtype=dtype_name(next(reward_model.parameters()).dtype))
 
     # trainer
     dims = policy_dims(policy, opt.prompt_tokens)
@@ -203,7 +201,8 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
     acts = {"on": train_activation_bytes({**dims, "e": c}, micro, True),
             "off": train_activation_bytes({**dims, "e": c}, micro, False)}
     unit, root, unit_trained = _fsdp_units(policy)
-    optimizer_dtype = str(cfg.algorithm.get("optimizer_dtype", "float32"))
+    optimizer_dtype = dtype_name(cfg.algorithm.get("optimizer_dtype", "float32"),
+                                 "algorithm.optimizer_dtype")  # bf16: bfloat16
     check_optimizer_dtype(policy, optimizer_dtype)  # as GRPOModule: what would not run
     trained = [q for q in policy.parameters() if q.requires_grad]
     pt, bt = sum(q.numel() for q in trained), sum(q.numel() * q.element_size() for q in trained)
@@ -221,7 +220,7 @@ def make_plan(cfg, options: PlanOptions | None = None) -> MemoryPlan:
 
     # the actors' copy: rollout.policy_dtype (null: the policy's own); adapters stay float32
     actor_dtype = r.get("policy_dtype")
-    ra = getattr(torch, DTYPES[str(actor_dtype)]).itemsize if actor_dtype else e
+    ra = to_dtype(actor_dtype, "rollout.policy_dtype").itemsize if actor_dtype else e
     actor_weights = sum(q.numel() * (q.element_size() if is_adapter_key(n) else ra)
                         for n, q in policy.named_parameters()) + sum(
         b.numel() * b.element_size() for b in policy.buffers())

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strategies.fused import apply_fused_ops, fused_ops_config
-from wmrl.dtypes import DTYPES
+from wmrl.dtypes import to_dtype
 from wmrl.interfaces import PolicySample
 from wmrl.lora import add_lora
 from wmrl.policies import action_tokenizer as at
@@ -174,7 +174,7 @@ class OpenVLAOFTPolicy(nn.Module):
                         ignore_key_prefixes: tuple[str, ...] = ()) -> OpenVLAOFTPolicy:
         """Load the published OpenVLA-OFT / RLinf layout from a local directory."""
         config = read_pretrained_config(path, overrides)
-        dtype = _as_dtype(dtype)
+        dtype = to_dtype(dtype, "policy.dtype")
         tokenizer = load_tokenizer(path)
         with torch.device("meta"):  # no 7B random init: allocate, then copy the checkpoint in
             model = cls(config, tokenizer=tokenizer, unnorm_key=unnorm_key,
@@ -383,14 +383,6 @@ def resize_like_rlinf(x: torch.Tensor, size: int) -> torch.Tensor:
     return y.round().clamp(0, 255)
 
 
-def _as_dtype(dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} unknown; use one of {sorted(DTYPES)}")
-    return getattr(torch, DTYPES[dtype])
-
-
 def build_policy(pretrained_path: str | None = None, config: dict | None = None,
                  unnorm_key: str | None = None,
                  dtype: str = "float32",
@@ -426,7 +418,7 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
             cfg = dict(cfg, wmrl={**(cfg.get("wmrl") or {}), **_plain(overrides)})
         model = OpenVLAOFTPolicy.from_config(cfg, seed=seed, unnorm_key=unnorm_key,
                                              attn_implementation=attn_implementation)
-        model = model.to(_as_dtype(dtype))
+        model = model.to(to_dtype(dtype, "policy.dtype"))
         model._mean, model._std = model._mean.float(), model._std.float()
     device_type = fused_ops_config(fused_ops)
     model.fused_ops_report = (apply_fused_ops(model, device_type, ops=("rms_norm", "rotary"))
@@ -462,7 +454,7 @@ def build_policy_meta(pretrained_path: str | None = None, config: dict | None = 
             cfg = dict(cfg, wmrl={**(cfg.get("wmrl") or {}), **_plain(overrides)})
     with torch.device("meta"):
         model = OpenVLAOFTPolicy(cfg, tokenizer=None, attn_implementation=attn_implementation,
-                                 check_stats=False).to(_as_dtype(dtype))
+                                 check_stats=False).to(to_dtype(dtype, "policy.dtype"))
         if lora:  # the adapters' shapes from the spec (an adapter path is not read)
             add_lora(model, {k: v for k, v in _plain(lora).items() if k != "path"},
                      LORA_TARGETS)
@@ -485,9 +477,10 @@ def write_random_policy(path: str, config: dict | None = None, dtype: str = "bfl
     cfg["norm_stats"] = {**(cfg.get("norm_stats") or {}), unnorm_key: next(
         iter(tiny_config()["norm_stats"].values()))}
     vocab = int(cfg["text_config"]["vocab_size"]) - int(cfg["pad_to_multiple_of"])
-    write_pretrained(path, cfg, random_tensors(shapes, _as_dtype(dtype), seed),
+    dtype = to_dtype(dtype, "policy.dtype")
+    write_pretrained(path, cfg, random_tensors(shapes, dtype, seed),
                      build_tiny_tokenizer(vocab), max_shard_bytes)
-    return sum(math.prod(s) for s in shapes.values()) * _as_dtype(dtype).itemsize
+    return sum(math.prod(s) for s in shapes.values()) * dtype.itemsize
 
 
 def _plain(x):

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wmrl.dtypes import DTYPES
+from wmrl.dtypes import to_dtype
 from wmrl.rewards.base import LazyRewardModel
 
 PROMPT = (
@@ -144,7 +144,7 @@ class TOPReward(LazyRewardModel):
     def _torch_dtype(self) -> torch.dtype:
         if self.dtype == "auto":
             return torch.bfloat16 if self.device.type != "cpu" else torch.float32
-        return getattr(torch, DTYPES[self.dtype])
+        return to_dtype(self.dtype, "reward.dtype")
 
     def resolved_path(self) -> Path:
         """``model_path``, or for ``"tiny"`` a seeded tiny model written once to the temp dir."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from wmrl.dtypes import dtype_name
 from wmrl.rollout.weight_sync.codec import delta_runs
 from wmrl.rollout.weight_sync.collective import CollectiveReceiverMixin
 from wmrl.rollout.weight_sync.ipc import IpcReceiverMixin
@@ -106,10 +107,10 @@ class WeightReceiver(StoreReceiverMixin, IpcReceiverMixin, CollectiveReceiverMix
                 )
             for s in layout.slots:
                 t = self.targets[s.name]
-                if tuple(t.shape) != s.shape or str(t.dtype).removeprefix("torch.") != s.dtype:
+                if tuple(t.shape) != s.shape or dtype_name(t.dtype) != s.dtype:
                     raise WeightSyncError(
                         f"{s.name}: sync sends {s.dtype}{list(s.shape)}, worker has "
-                        f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+                        f"{dtype_name(t.dtype)}{list(t.shape)}"
                     )
             self._checked.add(layout.fingerprint)
         n = layout.num_buckets
