@@ -16,17 +16,13 @@ import torch
 
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.errors import ConfigError
-from wmrl.finetune.world_model import (
-    CHUNK,
-    CONDITION_FRAMES,
-    episode_initial_states,
-    open_loop_replay,
-)
+from wmrl.finetune.world_model import episode_initial_states, open_loop_replay
 from wmrl.lerobot.dataset import LeRobotDataset
 from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tasks import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel
+from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES
 
 
 def _keep(success: np.ndarray, negative_stride: int) -> np.ndarray:
