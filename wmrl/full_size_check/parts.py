@@ -6,7 +6,7 @@ last stdout line (JSON). The spec names the part's config (a resolved yaml) and 
 ``scripts/import_rlinf.py`` on it as a user would; ``policy_checkpoint`` writes random weights
 at the published 7B's shapes; ``world_model`` resets an env actor's envs and steps one chunk;
 ``rollout`` samples one chunk from a policy actor; ``grpo_lora`` / ``grpo_full`` run one GRPO
-update through ``GRPOModule`` and a Lightning Trainer.
+update through ``GRPOModule`` and the one trainer set-up (``wmrl.launch.trainer``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -28,6 +27,7 @@ from wmrl.envs.initial_states import load_initial_states
 from wmrl.fit import build_datamodule, build_module
 from wmrl.full_size_check.cpu_linear import bf16_linears_in_float32
 from wmrl.interfaces import TrajectoryBatch
+from wmrl.launch.trainer import build_trainer
 from wmrl.peak_memory import PeakMemory
 from wmrl.pipeline.rlinf.synthetic import write_release
 from wmrl.plan.meta import build_policy
@@ -136,8 +136,9 @@ def rollout(spec: dict, cfg) -> dict:
 
 
 def grpo(spec: dict, cfg) -> dict:
-    """One GRPO update on made-up groups of 2 (one success, one failure each): a bare Trainer
-    (no logger, no checkpoint: nothing but the update is measured)."""
+    """One GRPO update on made-up groups of 2 (one success, one failure each) through the
+    trainer set-up every entry point uses (``wmrl.launch.trainer``), with no logger and no
+    checkpoint: nothing but the update is measured."""
     peak = PeakMemory(spec["device"])
     n = int(cfg.rollout.num_envs)
     image, tasks = first_states(cfg, n)
@@ -156,10 +157,13 @@ def grpo(spec: dict, cfg) -> dict:
     gemms = float32_gemms_on_cpu(spec, module)
     t1 = time.perf_counter()
     dev = torch.device(spec["device"])
-    trainer = L.Trainer(accelerator=dev.type, devices=[dev.index or 0] if dev.type != "cpu"
-                        else 1, precision=cfg.trainer.precision, max_steps=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=spec["workdir"])
+    trainer = build_trainer({  # the one trainer set-up, one device, nothing written or logged
+        "run_dir": spec["workdir"], "strategy": {"strategy": "auto"}, "logger": False,
+        "trainer": {"accelerator": dev.type, "devices": [dev.index or 0]
+                    if dev.type != "cpu" else 1, "precision": cfg.trainer.precision,
+                    "max_steps": 1, "enable_checkpointing": False,
+                    "enable_progress_bar": False, "enable_model_summary": False}},
+        step_checkpoint=False)
     peak.reset()
     trainer.fit(module, datamodule=GivenRollouts([batch]))
     t2 = time.perf_counter()
