@@ -21,8 +21,8 @@ overrides) and runs each part of a fit once, alone, in a child process:
               ``+check.envs`` envs and steps one chunk;
 ``rollout``   a policy actor (``rollout.policy_dtype``) samples one chunk for them;
 ``grpo_lora`` one GRPO update (2 micro-batches of ``+check.micro_batch`` samples, one AdamW
-              step) through ``GRPOModule`` and a Lightning Trainer, ``policy/lora=rlinf`` on a
-              bf16 base;
+              step) through ``GRPOModule`` and the trainer set-up every entry point uses
+              (``wmrl.launch.trainer``), ``policy/lora=rlinf`` on a bf16 base;
 ``grpo_full`` the same with every parameter trained, as the config says (the documented
               real-size setting: float32 master weights, bf16-mixed).
 
