@@ -347,11 +347,16 @@ class WorldModelFinetuneSchema:
     gradient_checkpointing: bool = MISSING
     num_inference_steps: int = MISSING
     video_clips: int = MISSING
+    # the yaml leaves these to the constructor (its defaults, for the check only)
+    lr_min_ratio: float = 0.0
+    grad_clip: Optional[float] = None
+    gripper_event_weight: float = 1.0
+    part: str = "dit"  # WorldModelFinetune checks the choice, before the model loads
 
     def __post_init__(self) -> None:
-        require_positive("module", self, "lr", "num_inference_steps")
+        require_positive("module", self, "lr", "num_inference_steps", "grad_clip")
         require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
-                         allow_zero=True)
+                         "lr_min_ratio", "gripper_event_weight", allow_zero=True)
 
 
 @dataclass

@@ -65,31 +65,35 @@ def step_losses(monkeypatch):
     return losses
 
 
-@pytest.mark.parametrize("arch", ["resnet", "resnet_task"])
-def test_train_reward_gives_the_old_loops_losses(arch, tmp_path, step_losses):
+def test_train_reward_gives_the_old_loops_losses(tmp_path, step_losses):
     squares(tmp_path / "data")
-    metrics = train_reward(cfg(tmp_path, f"arch={arch}"))
-    assert step_losses == OLD_TRAIN_REWARD[arch]
-    assert metrics["final_loss"] == OLD_TRAIN_REWARD[arch][-1]
-    assert metrics["accuracy"] == pytest.approx(OLD_ACCURACY[arch])
+    metrics = train_reward(cfg(tmp_path, "arch=resnet"))
+    assert step_losses == OLD_TRAIN_REWARD["resnet"]
+    assert metrics["final_loss"] == OLD_TRAIN_REWARD["resnet"][-1]
+    assert metrics["accuracy"] == pytest.approx(OLD_ACCURACY["resnet"])
     assert {"config.json", "metrics.json", "model.safetensors"} <= {
         p.name for p in (tmp_path / "out").iterdir()}
     assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt",
                       weights_only=True)["global_step"] == 4
 
 
-def test_a_resumed_run_ends_with_the_straight_runs_weights(tmp_path):
-    """2 steps, then a resume from last.ckpt to 4: the batches 3 and 4 are the straight run's
-    (``DrawnBatches`` skips the ones the first part drew), and so is the dropout (the
-    checkpoint holds the RNG's state)."""
+def test_dropout_too_and_a_resumed_run_ends_with_the_straight_runs_weights(tmp_path,
+                                                                           step_losses):
+    """arch=resnet_task (dropout 0.5: the global RNG seeded with ``seed``) gives the old loop's
+    losses; 2 steps, then a resume from last.ckpt to 4 end with the same weights: batches 3
+    and 4 are the straight run's (``DrawnBatches`` skips the ones the first part drew), and
+    so is the dropout (the checkpoint holds the RNG's state)."""
     squares(tmp_path / "data")
-    train_reward(cfg(tmp_path, "arch=resnet_task"))
+    metrics = train_reward(cfg(tmp_path, "arch=resnet_task"))
+    assert step_losses == OLD_TRAIN_REWARD["resnet_task"]
+    assert metrics["accuracy"] == pytest.approx(OLD_ACCURACY["resnet_task"])
     straight = load_file(str(tmp_path / "out" / "model.safetensors"))
     part = tmp_path / "part"
     train_reward(cfg(tmp_path, "arch=resnet_task", "steps=2", f"run_dir={part}",
                      f"out_dir={part / 'out2'}"))
     train_reward(cfg(tmp_path, "arch=resnet_task", f"run_dir={part}", f"out_dir={part / 'out4'}",
                      f"ckpt_path={part / 'checkpoints' / 'last.ckpt'}"))
+    assert step_losses[4:] == OLD_TRAIN_REWARD["resnet_task"]  # 2 + 2 steps
     resumed = load_file(str(part / "out4" / "model.safetensors"))
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
