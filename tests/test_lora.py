@@ -1,6 +1,6 @@
 """LoRA on the policy (wmrl/lora.py): an adapter peft itself made and saved gives the log-probs
-of peft's own ``PeftModel``; ours saves one ``PeftModel`` loads; the adapters switched off are
-the base; a GRPO loss's adapter gradients are the full-parameter gradient projected onto the
+of peft's own ``PeftModel`` (what ``scripts/export.py --adapter`` writes loads in peft:
+tests/pipeline/test_export.py); the adapters switched off are the base; a GRPO loss's adapter gradients are the full-parameter gradient projected onto the
 adapters (dL/dB = s G A^T, dL/dA = s B^T G); the merged weights are peft's ``merge_and_unload``;
 bad specs and adapter directories are refused by name."""
 
@@ -15,10 +15,13 @@ from wmrl.errors import ConfigError
 from wmrl.lora import (
     ADAPTER,
     adapters_disabled,
+    config_from_json,
+    config_json,
     is_adapter_key,
     lora_config,
     merged_state_dict,
-    save_adapter,
+    peft_names,
+    write_adapter,
 )
 from wmrl.policies.openvla_oft import LORA_TARGETS, build_policy
 
@@ -66,17 +69,6 @@ def test_a_peft_adapter_loads_and_scores_as_peftmodel(peft_dir):
     w = build_policy().state_dict()[f"{name}.weight"]
     merged = merged_state_dict(ours)[f"{name}.weight"]
     assert torch.allclose(merged, w + 2.0 * b @ a, atol=1e-6)
-
-
-def test_our_adapter_directory_loads_in_peft(peft_dir, tmp_path):
-    path, _, tokens = peft_dir
-    ours = build_policy(lora={"path": str(path)})
-    out = save_adapter(ours, str(tmp_path / "again"), base_model="tiny")
-    assert out["tensors"] == len([k for k in ours.state_dict() if is_adapter_key(k)])
-    loaded = PeftModel.from_pretrained(build_policy(), str(tmp_path / "again"))
-    assert loaded.peft_config["default"].base_model_name_or_path == "tiny"
-    assert torch.equal(loaded.base_model.model.log_probs(obs(), tokens, 1.0),
-                       ours.log_probs(obs(), tokens, 1.0))
 
 
 def test_adapters_off_is_the_base_and_a_fresh_adapter_changes_nothing(peft_dir):
@@ -162,7 +154,9 @@ def test_bad_adapter_directories_are_refused_by_name(peft_dir, tmp_path):
         build_policy(lora={"path": str(tmp_path)})
     # an adapter of other targets: the same file names, other layers
     other = build_policy(lora={"rank": 4, "target_modules": ["q_proj"]})
-    save_adapter(other, str(tmp_path / "q_only"))
+    # written as scripts/export.py --adapter writes a fit's adapter (wmrl.pipeline.export)
+    write_adapter(str(tmp_path / "q_only"), config_from_json(config_json(other)),
+                  peft_names(other.state_dict()))
     cfg = json.loads((tmp_path / "q_only" / "adapter_config.json").read_text())
     cfg["target_modules"] = ["q_proj", "v_proj"]  # its config claims more than it holds
     (tmp_path / "q_only" / "adapter_config.json").write_text(json.dumps(cfg))

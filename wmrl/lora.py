@@ -15,7 +15,8 @@ own type, methods and parameter names (``q_proj.weight`` becomes ``q_proj.base_l
 beside ``q_proj.lora_A.default.weight``). An adapter directory is peft's own layout
 (``adapter_config.json`` + ``adapter_model.safetensors``, keys ``base_model.model.<name>``),
 so one that ``PeftModel.save_pretrained`` wrote - RLinf's LoRA releases included - loads, and
-what ``save_adapter`` writes loads with ``PeftModel.from_pretrained``.
+what ``write_adapter`` writes (``scripts/export.py --adapter``) loads with
+``PeftModel.from_pretrained``.
 
 A spec (``policy.lora``, ``lora`` of the world-model fine-tune) is a mapping
 ``{rank, alpha, dropout, target_modules, init, path}``: alpha defaults to the rank; ``path``
@@ -167,11 +168,6 @@ def load_adapter(module: nn.Module, path: str) -> None:
             raise ConfigError(f"lora.path={path}: {k} is {list(v.shape)}, the model's adapter "
                               f"is {list(want[k].shape)}")
     set_peft_model_state_dict(module, state, adapter_name=ADAPTER)
-
-
-def save_adapter(module: nn.Module, path: str, base_model: str | None = None) -> dict[str, Any]:
-    """Write ``module``'s adapter as a peft adapter directory (``write_adapter``)."""
-    return write_adapter(path, _peft_config(module), adapter_state_dict(module), base_model)
 
 
 def write_adapter(path: str, config: Any, state: Mapping[str, torch.Tensor],

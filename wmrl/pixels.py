@@ -18,11 +18,6 @@ def u8_to_unit_torch(x: torch.Tensor) -> torch.Tensor:
     return x.float().div(127.5).sub(1.0)
 
 
-def unit_to_u8_np(x: np.ndarray) -> np.ndarray:
-    """float32 [-1, 1] -> uint8, rounding to nearest (half to even)."""
-    return np.rint(np.clip((x + np.float32(1.0)) * np.float32(127.5), 0, 255)).astype(np.uint8)
-
-
 def unit_to_u8_torch(x: torch.Tensor) -> torch.Tensor:
-    """Same arithmetic as ``unit_to_u8_np``, on the tensor's device."""
+    """float32 [-1, 1] -> uint8, rounding to nearest (half to even), on the tensor's device."""
     return ((x + 1.0) * 127.5).clamp_(0, 255).round_().to(torch.uint8)

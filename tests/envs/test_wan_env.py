@@ -17,7 +17,7 @@ from wmrl.envs.initial_states import (
 )
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.interfaces import ChunkEnv
-from wmrl.pixels import u8_to_unit_np, unit_to_u8_np
+from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
 
 TINY_CONF = os.path.join(CONF_DIR, "env", "wan_tiny.yaml")
 CFG = OmegaConf.to_container(OmegaConf.load(TINY_CONF), resolve=False)
@@ -163,7 +163,7 @@ def reference_chunks(env, ids, chunks, thr):
         noise = torch.randn((b, *cond.shape[1:2], 2, *cond.shape[3:]), generator=noise_rng)
         new = m.generate(cond, full, noise[rows], env.num_inference_steps)
         video = m.decode(torch.cat([cond, new], 2))[:, :, 5:]
-        u8 = unit_to_u8_np(video.permute(0, 2, 3, 4, 1).numpy())
+        u8 = unit_to_u8_torch(video.permute(0, 2, 3, 4, 1)).numpy()
         frames[rows.numpy(), 1:] = u8[:, -4:]
         scores = Brightness()(torch.from_numpy(u8), [s.tasks[k] for k in ids[rows].tolist()])
         done[rows] |= scores.max(1).values >= thr
