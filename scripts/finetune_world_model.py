@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import wmrl.build  # noqa: E402,F401  (registers ${wmrl_assets:})
+from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.config import ConfigError, resolve_ckpt_path  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.schema import check_entry  # noqa: E402
@@ -35,6 +36,7 @@ def run(cfg: DictConfig):
     from wmrl.launch.trainer import build_trainer, start_run, stop_on_sigterm
 
     check_entry("finetune_world_model", resolve_ckpt_path(cfg))  # before any data or model
+    check_output_dir(cfg.out_dir, "world_model", cfg.overwrite, key="out_dir")
     wm_path = cfg.world_model.get("path")
     if wm_path and not os.path.isdir(wm_path):
         raise ConfigError(f"world_model.path={wm_path!r} is not a folder: give a world-model "
