@@ -168,29 +168,53 @@ def test_hybrid_needs_stages():
         validate(fit_cfg("rollout.placement=hybrid", "rollout.pipeline_stages=3"))
 
 
-@pytest.mark.parametrize("group, schema, ctor", [
-    ("algorithm/grpo", "AlgorithmSchema", None),  # GRPOModule takes one AlgorithmConfig
-    ("rollout/default", "RolloutSchema", "wmrl.rollout.datamodule.RolloutDataModule"),
-    ("task/red_of_two", "TaskSchema", None)])
-def test_group_files_hold_the_schemas_defaults(group, schema, ctor):
-    """One source per default: a group file states every key of its schema with the schema's
-    default (the published WoVR recipe; for task the shipped assets' task); the tuned values
-    live in experiments. The constructors' plain defaults are the same values (the rollout's
-    ``weight_sync`` left out is ``WeightSender``'s defaults, zero-copy on)."""
+@pytest.mark.parametrize("group, schema", [
+    ("algorithm/grpo", "AlgorithmSchema"),  # GRPOModule takes one AlgorithmConfig
+    ("task/red_of_two", "TaskSchema")])
+def test_group_files_hold_the_schemas_defaults(group, schema):
+    """A group file states every key of its schema with the schema's default (the published
+    WoVR recipe; for task the shipped assets' task); the tuned values live in experiments."""
     from wmrl import schema as S
 
     want = S.defaults(getattr(S, schema))
     got = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / f"{group}.yaml"))
     assert got == want
-    if ctor is not None:
-        params = inspect.signature(get_object(ctor)).parameters
-        plain = {k: v for k, v in want.items() if k in params and not isinstance(v, dict)}
-        assert {k: params[k].default for k in plain} == plain
-    if "weight_sync" in want:
-        sync = dict(want["weight_sync"])
-        assert sync.pop("zero_copy") is True
-        sender = inspect.signature(get_object("wmrl.rollout.weight_sync.sender.WeightSender"))
-        assert {k: sender.parameters[k].default for k in sync} == sync
+
+
+def test_rollout_defaults_have_one_source():
+    """``RolloutConfig`` holds the rollout's defaults: conf/rollout/default.yaml states none
+    (it composes the schema's and names each key in a comment), the schema is the config
+    class with enums for the choices, ``RolloutDataModule`` takes the settings through it and
+    ``WeightSender``'s defaults are ``WeightSyncConfig``'s."""
+    from dataclasses import asdict
+
+    from wmrl.rollout.config import RolloutConfig, WeightSyncConfig
+    from wmrl.rollout.datamodule import RolloutDataModule
+    from wmrl.schema import RolloutSchema
+
+    path = Path(CONF_DIR) / "rollout" / "default.yaml"
+    assert OmegaConf.to_container(OmegaConf.load(path)) == {
+        "defaults": ["/schema/rollout_defaults@_here_", "_self_"]}
+    want = defaults(RolloutSchema)
+    assert want.pop("_target_") == "wmrl.rollout.datamodule.RolloutDataModule"
+    assert want == asdict(RolloutConfig())
+    composed = OmegaConf.to_container(fit_cfg("~experiment").rollout)
+    assert composed == {"_target_": "wmrl.rollout.datamodule.RolloutDataModule", **want}
+    comments = re.findall(r"^#\s+(\w+)", path.read_text(), re.M)
+    assert set(want) | set(want["weight_sync"]) <= set(comments)
+    # a setting the config leaves out is the schema's; the constructor repeats no default
+    params = inspect.signature(RolloutDataModule).parameters
+    assert list(params) == ["policy", "env", "seed", "tracing", "settings"]
+    dm = RolloutDataModule(policy={}, env={}, num_envs=4, weight_sync={"delta": True})
+    assert dm.settings == RolloutConfig(num_envs=4, weight_sync=WeightSyncConfig(delta=True))
+    assert dm.sender.delta and dm.sender.bucket_mb == 256.0
+    with pytest.raises(ConfigError, match=r"rollout.num_env: not a setting of the rollout"):
+        RolloutDataModule(policy={}, env={}, num_env=4)
+    with pytest.raises(ConfigError, match=r"rollout.group_size=1 is not allowed: GRPO needs"):
+        RolloutDataModule(policy={}, env={}, group_size=1)
+    sender = inspect.signature(get_object("wmrl.rollout.weight_sync.sender.WeightSender"))
+    sync = {k: v for k, v in want["weight_sync"].items() if k != "zero_copy"}
+    assert {k: sender.parameters[k].default for k in sync} == sync
 
 
 @pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}))

@@ -14,7 +14,9 @@ key, the value and what is allowed.
   other keys go to the constructor, paths and architectures to ``wmrl.config.check_paths``.
 
 The components import nothing from here: their constructors keep plain defaults, which a test
-holds equal to these (``tests/test_config.py``), and the choice lists are the code's own.
+holds equal to these (``tests/test_config.py``), and the choice lists are the code's own. The
+algorithm and the rollout are typed objects of their own packages (``AlgorithmConfig``,
+``RolloutConfig``), which the schemas extend: those hold their defaults.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from wmrl.lora import lora_config
 from wmrl.policies.openvla_oft import LORA_TARGETS, SUPPORTED_ATTN
 from wmrl.rewards.resnet import ARCHS as REWARD_ARCHS
 from wmrl.rewards.shaping import RESAMPLE_RETURNS
+from wmrl.rollout.config import RolloutConfig, WeightSyncConfig
 from wmrl.rollout.engine import PLACEMENTS
 from wmrl.rollout.placement import DEVICES
 from wmrl.rollout.weight_sync.types import TRANSPORTS
@@ -55,54 +58,30 @@ RolloutDevice = _choices("RolloutDevice", DEVICES)
 Transport = _choices("Transport", TRANSPORTS)
 
 
-@dataclass
-class WeightSyncSchema:
-    bucket_mb: float = 256.0
-    delta: bool = False
-    transport: Transport = Transport["cpu"]
-    zero_copy: bool = True
-    max_delta_fraction: float = 0.5
-
-    def __post_init__(self) -> None:
-        require_positive("rollout.weight_sync", self, "bucket_mb", "max_delta_fraction")
+def _member(choices: type[Enum], value: str | None) -> Any:
+    """The enum member named ``value`` (a config class's plain default), None for None."""
+    return None if value is None else choices[value]
 
 
 @dataclass
-class RolloutSchema:
-    _target_: str = "wmrl.rollout.datamodule.RolloutDataModule"
-    num_envs: int = 32
-    group_size: int = 8
-    rollout_epochs: int = 1
-    max_episode_steps: int = 64
-    chunk: int = 8
-    temperature: float = 1.6
-    placement: Placement = Placement["disaggregated"]
-    pipeline_stages: int = 1
-    num_env_workers: int = 1
-    num_rollout_workers: int = 1
-    worker_cpus: float = 0.5
-    device: RolloutDevice = RolloutDevice["auto"]
-    env_resources: Optional[Dict[str, float]] = None
-    policy_resources: Optional[Dict[str, float]] = None
-    worker_threads: Optional[int] = 1
-    ray_address: Optional[str] = None
-    ray_num_cpus: Optional[int] = None
-    actor_start_timeout_s: float = 600.0
-    step_timeout_s: float = 3600.0
-    max_actor_restarts: int = 3
-    overlap_resets: bool = True
-    compute_on_cpu: bool = False
+class WeightSyncSchema(WeightSyncConfig):
+    """``rollout.weight_sync``: ``wmrl.rollout.config.WeightSyncConfig`` (defaults and ranges
+    there), its transport a choice."""
+
+    transport: Transport = _member(Transport, WeightSyncConfig.transport)
+
+
+@dataclass
+class RolloutSchema(RolloutConfig):
+    """``rollout``: the DataModule (``_target_``) and its settings,
+    ``wmrl.rollout.config.RolloutConfig`` (defaults and ranges there); here its choices as
+    enums, refused in one line at the config check."""
+
+    placement: Placement = _member(Placement, RolloutConfig.placement)
+    device: RolloutDevice = _member(RolloutDevice, RolloutConfig.device)
     weight_sync: WeightSyncSchema = field(default_factory=WeightSyncSchema)
-    policy_dtype: Optional[DType] = None
-
-    def __post_init__(self) -> None:
-        require_positive("rollout", self, "num_envs", "rollout_epochs", "max_episode_steps", "chunk",
-                  "temperature", "pipeline_stages", "num_env_workers", "num_rollout_workers",
-                  "worker_threads", "ray_num_cpus", "actor_start_timeout_s", "step_timeout_s")
-        require_positive("rollout", self, "worker_cpus", "max_actor_restarts", allow_zero=True)
-        require("rollout.group_size", self.group_size, self.group_size >= 2,
-                 "GRPO needs a group of >= 2 rollouts per initial state (with 1 every "
-                 "advantage is zero and nothing is learned)")
+    policy_dtype: Optional[DType] = _member(DType, RolloutConfig.policy_dtype)
+    _target_: str = "wmrl.rollout.datamodule.RolloutDataModule"
 
 
 @dataclass
@@ -568,3 +547,11 @@ def defaults(schema: type) -> dict[str, Any]:
     """A schema's defaults as plain values (for the constructors' signatures: no second
     literal)."""
     return OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
+
+
+# conf/rollout/default.yaml composes this node (its defaults list): every rollout key with
+# the schema's default as a plain value (a string, not an enum), so the file repeats none of
+# them and ``rollout.<key>=...`` overrides each without a ``+``
+_rollout_defaults = defaults(RolloutSchema)
+_store.store(group="schema", name="rollout_defaults",
+             node={"_target_": _rollout_defaults.pop("_target_"), **_rollout_defaults})

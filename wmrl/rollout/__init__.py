@@ -3,6 +3,7 @@ no Lightning); the parts:
 
 ``datamodule.py``   ``RolloutDataModule``: one batch of episodes per training step, the
                     trainer's entry point (start, rollout, weight sync, teardown).
+``config.py``       ``RolloutConfig``: the rollout group's settings, their defaults and ranges.
 ``engine.py``       the episode engine: policy samples and env chunk steps in flight.
 ``actor_pool.py``   the actors that exist and their restarts; ``workers.py``: the actors.
 ``placement.py``    which Ray resources and device each actor gets.

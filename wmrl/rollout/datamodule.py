@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from dataclasses import asdict
 from typing import Any, Callable, Iterator
 
 import lightning as L
@@ -26,13 +27,14 @@ import ray
 import torch
 
 from wmrl.build import to_container
-from wmrl.dtypes import DTYPES
+from wmrl.dtypes import to_dtype
 from wmrl.errors import ConfigError
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.lora import is_adapter_key
 from wmrl.rollout import placement as place
 from wmrl.rollout.actor_pool import ActorPool
 from wmrl.rollout.actor_sync import ActorSync
+from wmrl.rollout.config import RolloutConfig
 from wmrl.rollout.engine import (
     PLACEMENTS,
     ActorLayout,
@@ -49,43 +51,18 @@ Weights = Callable[[], dict[str, torch.Tensor]]
 
 
 class RolloutDataModule(L.LightningDataModule):
-    def __init__(
-        self,
-        policy: dict,
-        env: dict,
-        num_envs: int = 32,
-        group_size: int = 8,
-        rollout_epochs: int = 1,
-        max_episode_steps: int = 64,
-        chunk: int = 8,
-        temperature: float = 1.6,
-        placement: str = "disaggregated",
-        pipeline_stages: int = 1,
-        num_env_workers: int = 1,
-        num_rollout_workers: int = 1,
-        worker_cpus: float = 0.5,
-        worker_threads: int | None = 1,
-        device: str = "auto",
-        env_resources: dict | None = None,
-        policy_resources: dict | None = None,
-        compute_on_cpu: bool = False,
-        ray_address: str | None = None,
-        ray_num_cpus: int | None = None,
-        actor_start_timeout_s: float = 600.0,
-        step_timeout_s: float | None = 3600.0,
-        max_actor_restarts: int = 3,
-        overlap_resets: bool = True,
-        weight_sync: dict | None = None,
-        policy_dtype: str | None = None,
-        tracing: bool = False,
-        seed: int = 0,
-    ):
+    def __init__(self, policy: dict, env: dict, seed: int = 0, tracing: bool = False,
+                 **settings: Any):
+        """``policy`` and ``env`` specs (the env scores with its ``reward``) and the rollout
+        group's ``settings`` (keyword arguments: ``wmrl.rollout.config.RolloutConfig``'s
+        fields, which hold their defaults and ranges)."""
         super().__init__()
+        cfg = self.settings = RolloutConfig.of(settings)
         env_cfg = to_container(env)
         # the rollout group owns the env sizes: an env config that says otherwise is refused
-        self.env_sizes = dict(num_envs=num_envs // max(num_env_workers, 1),
-                              group_size=group_size, chunk=chunk,
-                              max_episode_steps=max_episode_steps)
+        self.env_sizes = dict(num_envs=cfg.num_envs // max(cfg.num_env_workers, 1),
+                              group_size=cfg.group_size, chunk=cfg.chunk,
+                              max_episode_steps=cfg.max_episode_steps)
         for key, value in self.env_sizes.items():
             if key in env_cfg and env_cfg[key] != value:
                 per = " per env worker" if key == "num_envs" else ""
@@ -93,20 +70,21 @@ class RolloutDataModule(L.LightningDataModule):
                     f"env.{key}={env_cfg[key]} conflicts with the rollout's "
                     f"{value}{per} (rollout.{key}): the rollout group sets env sizes; remove "
                     f"env.{key}")
-        if placement not in PLACEMENTS:
-            raise ValueError(f"rollout.placement={placement!r}: choose one of {PLACEMENTS}")
-        env_resources = dict(to_container(env_resources) or {})
-        policy_resources = dict(to_container(policy_resources) or {})
-        place.check_roles(device, placement, {"env": env_resources, "policy": policy_resources})
-        self.num_envs = num_envs
-        self.group_size = group_size
-        self.rollout_epochs = rollout_epochs
-        self.num_chunks = max_episode_steps // chunk
-        self.temperature = temperature
-        self.placement = placement
-        self.step_timeout_s = step_timeout_s
-        self.max_actor_restarts = max_actor_restarts
-        self.overlap_resets = overlap_resets  # asked for; setup decides where it is safe
+        if cfg.placement not in PLACEMENTS:
+            raise ValueError(f"rollout.placement={cfg.placement!r}: choose one of {PLACEMENTS}")
+        env_resources = dict(cfg.env_resources or {})
+        policy_resources = dict(cfg.policy_resources or {})
+        place.check_roles(cfg.device, cfg.placement,
+                          {"env": env_resources, "policy": policy_resources})
+        self.num_envs = cfg.num_envs
+        self.group_size = cfg.group_size
+        self.rollout_epochs = cfg.rollout_epochs
+        self.num_chunks = cfg.max_episode_steps // cfg.chunk
+        self.temperature = cfg.temperature
+        self.placement = cfg.placement
+        self.step_timeout_s = cfg.step_timeout_s
+        self.max_actor_restarts = cfg.max_actor_restarts
+        self.overlap_resets = cfg.overlap_resets  # asked for; setup decides where it is safe
         self.overlapping = False  # the next step's resets run during the update
         self.on_trainer_card = False  # collocated actors computing on the trainer's card
         # (seed of the step, {(env actor, stage): obs ref}) of the resets started ahead; not
@@ -114,27 +92,24 @@ class RolloutDataModule(L.LightningDataModule):
         self._resets_ahead: tuple[int, dict] | None = None
         self.seed = seed
         self.rollout_step = 0  # batches made so far; seeds continue from it on resume
-        sync = dict(to_container(weight_sync) or {})
+        sync = asdict(cfg.weight_sync)
         # the actors' copy: the trainer's float32 master weights go out in policy_dtype
         policy = to_container(policy)
         self.policy_dtype = None
-        if policy_dtype is not None:
-            if policy_dtype not in DTYPES:
-                raise ConfigError(f"rollout.policy_dtype={policy_dtype!r}: one of "
-                                  f"{sorted(DTYPES)} or null (= policy.dtype)")
-            policy = dict(policy, dtype=policy_dtype)
-            self.policy_dtype = getattr(torch, DTYPES[policy_dtype])
+        if cfg.policy_dtype is not None:
+            self.policy_dtype = to_dtype(cfg.policy_dtype, "rollout.policy_dtype")
+            policy = dict(policy, dtype=cfg.policy_dtype)
         self.pool = ActorPool(
             policy=policy, env=dict(env_cfg, **self.env_sizes),
-            placement=placement, stages=pipeline_stages, num_env_workers=num_env_workers,
-            num_rollout_workers=num_rollout_workers, worker_cpus=worker_cpus,
-            worker_threads=worker_threads, device=device, env_resources=env_resources,
-            policy_resources=policy_resources, compute_on_cpu=compute_on_cpu,
-            ray_address=ray_address, ray_num_cpus=ray_num_cpus,
-            actor_start_timeout_s=actor_start_timeout_s,
-            max_actor_restarts=max_actor_restarts, tracing=tracing,
-            zero_copy_weights=bool(sync.pop("zero_copy", True)))
-        self.sync = ActorSync(self.pool, step_timeout_s, **sync)
+            placement=cfg.placement, stages=cfg.pipeline_stages,
+            num_env_workers=cfg.num_env_workers, num_rollout_workers=cfg.num_rollout_workers,
+            worker_cpus=cfg.worker_cpus, worker_threads=cfg.worker_threads, device=cfg.device,
+            env_resources=env_resources, policy_resources=policy_resources,
+            compute_on_cpu=cfg.compute_on_cpu, ray_address=cfg.ray_address,
+            ray_num_cpus=cfg.ray_num_cpus, actor_start_timeout_s=cfg.actor_start_timeout_s,
+            max_actor_restarts=cfg.max_actor_restarts, tracing=tracing,
+            zero_copy_weights=bool(sync.pop("zero_copy")))
+        self.sync = ActorSync(self.pool, cfg.step_timeout_s, **sync)
         self._trace_events: list[dict] = []  # actors' events since pop_trace_events
         self.last_timing: dict[str, float] = {}
 

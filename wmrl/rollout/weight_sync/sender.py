@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from wmrl.rollout.config import WeightSyncConfig
 from wmrl.rollout.weight_sync.codec import encode_delta, flatten
 from wmrl.rollout.weight_sync.collective import CollectiveSenderMixin, collective_device
 from wmrl.rollout.weight_sync.ipc import IpcSenderMixin
@@ -30,10 +31,10 @@ class WeightSender(StoreSenderMixin, IpcSenderMixin, CollectiveSenderMixin):
 
     def __init__(
         self,
-        bucket_mb: float = 256.0,
-        delta: bool = False,
-        transport: str = "cpu",
-        max_delta_fraction: float = 0.5,
+        bucket_mb: float = WeightSyncConfig.bucket_mb,  # rollout.weight_sync's defaults
+        delta: bool = WeightSyncConfig.delta,
+        transport: str = WeightSyncConfig.transport,
+        max_delta_fraction: float = WeightSyncConfig.max_delta_fraction,
         group: Any = None,
         group_src: int = 0,
         use_object_store: bool = True,
