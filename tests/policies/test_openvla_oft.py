@@ -124,8 +124,6 @@ def test_action_ids_below_padding():
                                torch.tensor([[4.0, 3, 2, 1]]))
     with pytest.raises(ValueError, match="do not cover the action ids"):
         at.bin_logits(logits[:, 7:10], 10, 4, first_id=7)
-    assert at.token_ids_to_bins(torch.tensor(9), 10) == 0
-    assert at.bins_to_token_ids(torch.tensor(3), 10) == 6
     draws = torch.multinomial(at.process_logits(at.bin_logits(logits, 10, 4), 1.0).exp(), 500,
                               replacement=True, generator=torch.Generator().manual_seed(0))
     assert draws.min() >= 0 and draws.max() < 4

@@ -35,14 +35,6 @@ def bin_logits(logits: torch.Tensor, vocab_base: int, n_bins: int,
     return logits[..., lo:hi].flip(-1)
 
 
-def bins_to_token_ids(bins: torch.Tensor, vocab_base: int) -> torch.Tensor:
-    return vocab_base - 1 - bins
-
-
-def token_ids_to_bins(ids: torch.Tensor, vocab_base: int) -> torch.Tensor:
-    return vocab_base - 1 - ids
-
-
 def process_logits(logits: torch.Tensor, temperature: float, top_k: int = 0) -> torch.Tensor:
     """logits / T, then keep the top-k (ties kept), others -inf. Returns log-probs (log-softmax)."""
     if temperature <= 0:
