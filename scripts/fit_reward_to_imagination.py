@@ -26,29 +26,13 @@ if str(ROOT) not in sys.path:
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
 from wmrl.atomic import check_output_dir, write_text  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
-from wmrl.finetune.reward_on_imagination import fit_reward_to_imagination  # noqa: E402
-from wmrl.rewards.resnet import (  # noqa: E402
-    ResNetSuccessReward,
-    TaskResNetSuccessReward,
-    read_checkpoint,
-    save_checkpoint,
+from wmrl.finetune.reward_on_imagination import (  # noqa: E402
+    fit_reward_to_imagination,
+    load_reward,
 )
+from wmrl.rewards.resnet import save_checkpoint  # noqa: E402
 from wmrl.sim.dataset import TrajectoryDataset  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
-
-REWARDS = {"resnet": ResNetSuccessReward, "resnet_task": TaskResNetSuccessReward}
-
-
-def load_reward(path: str):
-    """(reward model, its config.json) of a scripts/train_reward.py checkpoint dir."""
-    if not (Path(path) / "model.safetensors").is_file():
-        raise FileNotFoundError(f"reward_dir={path}: not a reward checkpoint dir (no "
-                                "model.safetensors); point it at scripts/train_reward.py's out_dir")
-    _, config = read_checkpoint(path)
-    arch = (config or {}).get("arch", "resnet")
-    if arch not in REWARDS:
-        raise ValueError(f"reward_dir={path}: arch {arch!r} is not one of {sorted(REWARDS)}")
-    return REWARDS[arch](checkpoint=path, round=False), config
 
 
 def _shown(path) -> str:

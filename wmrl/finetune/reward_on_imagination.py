@@ -30,6 +30,7 @@ SFT policy's episodes, by ``scripts/fit_reward_to_imagination.py`` (a stage of
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,7 +39,22 @@ from wmrl.finetune.reward_data import imagined_replays
 from wmrl.finetune.reward_evaluation import binary_metrics, ranking_metrics
 from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.finetune.threshold_calibration import rate_matching_threshold
+from wmrl.rewards.resnet import ResNetSuccessReward, TaskResNetSuccessReward, read_checkpoint
 from wmrl.sim.dataset import Episode
+
+REWARDS = {"resnet": ResNetSuccessReward, "resnet_task": TaskResNetSuccessReward}
+
+
+def load_reward(path: str):
+    """(reward model, its config.json) of a scripts/train_reward.py checkpoint dir."""
+    if not (Path(path) / "model.safetensors").is_file():
+        raise FileNotFoundError(f"reward_dir={path}: not a reward checkpoint dir (no "
+                                "model.safetensors); point it at scripts/train_reward.py's out_dir")
+    _, config = read_checkpoint(path)
+    arch = (config or {}).get("arch", "resnet")
+    if arch not in REWARDS:
+        raise ValueError(f"reward_dir={path}: arch {arch!r} is not one of {sorted(REWARDS)}")
+    return REWARDS[arch](checkpoint=path, round=False), config
 
 
 def split_episodes(successes: Sequence[bool], holdout: float,
