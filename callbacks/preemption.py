@@ -94,7 +94,8 @@ class StepCheckpoint(ModelCheckpoint):
     def save_last_now(self, trainer: L.Trainer) -> None:
         """``last.ckpt`` of the step the trainer is at (every rank calls it, as a save)."""
         self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
-        trainer.save_checkpoint(self.last_model_path)
+        # the whole training state (said, or Lightning logs that it defaulted to it)
+        trainer.save_checkpoint(self.last_model_path, weights_only=False)
 
 
 def resume_command(ckpt_path: str | None, run_dir: str, script: str = "scripts/fit.py") -> str:
