@@ -33,7 +33,8 @@ class StepCheckpoint(ModelCheckpoint):
     step's is on disk already. Any other exception after a SIGTERM (e.g. the signal reached
     the Ray actors too) broke that step off: it is dropped, ``last.ckpt`` stays the step
     before. Either way rank 0 prints the resume command (``resume_command``);
-    ``wmrl.fit.fit`` then ends the process with ``PREEMPTED_EXIT_CODE``.
+    the one trainer set-up (``wmrl.launch.trainer.stop_on_sigterm``) then ends the process
+    with ``PREEMPTED_EXIT_CODE``.
 
     ``ray.init`` (in the datamodule's setup) installs a SIGTERM handler that raises
     ``SystemExit`` at once; Lightning, installing its own after the setup hooks, would chain
