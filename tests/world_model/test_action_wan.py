@@ -1,5 +1,6 @@
 """Tiny action-conditioned Wan model: action injection through diffusers hooks, anchor-cached
-encoding, save/load, flow-matching sampler and training loss."""
+encoding, save/load, flow-matching sampler, and one training step of the objective the trainer
+uses (``FlowMatchObjective``) lowering its loss."""
 
 import copy
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
+from wmrl.world_model.objective import FlowMatchObjective
 from wmrl.world_model.sampler import euler_sample, inference_sigmas, shift_sigmas
 
 TRANSFORMER = dict(
@@ -131,15 +133,16 @@ def test_save_and_load_pretrained_roundtrip(tmp_path, model48):
         build_world_model({"path": str(tmp_path)})
 
 
-def test_training_loss_drops_after_one_step():
+def test_objective_loss_drops_after_one_training_step():
     m = tiny(48, seed=3).train()
     g = torch.Generator().manual_seed(0)
     latents = torch.randn(2, 48, 4, 2, 2, generator=g)
     acts = torch.rand(2, 13, 7, generator=g) * 2 - 1
 
+    objective = FlowMatchObjective(context_noise_sigma=0.1)
+
     def loss(seed):
-        return m.training_loss(latents, acts, generator=torch.Generator().manual_seed(seed),
-                               context_noise_sigma=0.1)
+        return objective.loss(m, latents, acts, generator=torch.Generator().manual_seed(seed))
 
     params = [p for n, p in m.named_parameters() if not n.startswith("vae.")]
     opt = torch.optim.AdamW(params, lr=3e-3)
@@ -150,4 +153,4 @@ def test_training_loss_drops_after_one_step():
         after = loss(5)
     assert after.item() < before.item()
     with pytest.raises(ValueError, match="num_condition_latents"):
-        m.training_loss(latents, acts, num_condition_latents=4)
+        objective.loss(m, latents, acts, num_condition_latents=4)

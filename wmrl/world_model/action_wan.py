@@ -43,7 +43,6 @@ from safetensors.torch import load_file, save_file
 from wmrl.atomic import atomic_dir
 from wmrl.dtypes import to_dtype
 from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
-from wmrl.world_model.objective import FlowMatchObjective
 from wmrl.world_model.sampler import euler_sample, inference_sigmas
 
 
@@ -306,21 +305,6 @@ class ActionWanModel(nn.Module):
             return self.velocity(torch.cat([cond, x_new], 2), ts, actions)[:, :, n_c:]
 
         return euler_sample(velocity, noise.float(), sigmas, check_each_step)
-
-    def training_loss(
-        self,
-        latents: torch.Tensor,
-        actions: torch.Tensor,
-        num_condition_latents: int = 2,
-        generator: torch.Generator | None = None,
-        context_noise_sigma: float = 0.0,
-        foreground_weight: float = 0.0,
-    ) -> torch.Tensor:
-        """The tabletop's flow-matching loss on a clip batch (``FlowMatchObjective`` with
-        these two augmentations; objective.py has the equations and WoVR's variant)."""
-        objective = FlowMatchObjective(context_noise_sigma=context_noise_sigma,
-                                       foreground_weight=foreground_weight)
-        return objective.loss(self, latents, actions, num_condition_latents, generator)
 
     # ----------------------------------------------------------------- I/O
     @classmethod
