@@ -1,4 +1,8 @@
-"""Fine-tune the action-conditioned Wan world model on your episodes; export it.
+"""Fine-tune an EXISTING action-conditioned Wan world model on your episodes (a LeRobot dataset
+or trajectory datasets; full or LoRA; a Lightning Trainer with checkpoints and resume); export
+it. To build the tiny tabletop world model from scratch (the shipped asset) use
+scripts/train_world_model.py instead. Both train through the one world-model trainer,
+``WorldModelFinetune`` (wmrl/finetune/world_model_module.py): here under a Trainer.
 
     python scripts/finetune_world_model.py world_model.path=wmrl/assets/world_model \
         data.paths=[my_lerobot_dataset] out_dir=my_world_model
