@@ -11,7 +11,7 @@ Stages, each one of the project's scripts as a subprocess (their configs hold th
    task; with ``--kir`` keyframe states too) and ``<out>/dataset/`` (RLinf's layout);
 2. ``scripts/train_reward.py data_format=lerobot``: ``<out>/reward/``, the ResNet success
    classifier on the dataset's ``next.success`` (or, ``--last-frames K``, the last K frames of
-   every episode: demonstrations that record no outcome);
+   every episode: demonstrations that record no outcome; its run dir ``<out>.runs/reward``);
 3. ``scripts/finetune_world_model.py``: ``<out>/world_model/``, the world model ``--world-model``
    fine-tuned on the dataset (WoVR's objective; its run dir, for ``ckpt_path=last``, is
    ``<out>.runs/world_model``).
@@ -49,7 +49,7 @@ def stage_commands(a: argparse.Namespace, tmp: Path, size: tuple[int, int]) -> d
               f"lerobot.camera={a.camera or 'null'}",
               f"lerobot.last_frames={a.last_frames if a.last_frames else 'null'}",
               f"model.image_size=[{size[0]},{size[1]}]", f"task.image_size=[{size[0]},{size[1]}]",
-              *a.reward_set]
+              f"hydra.run.dir={a.out}.runs/reward", *a.reward_set]
     finetune = [py, str(ROOT / "scripts/finetune_world_model.py"),
                 f"world_model.path={a.world_model}", "data.format=lerobot",
                 f"data.paths=[{a.dataset}]", f"data.size=[{size[0]},{size[1]}]",
