@@ -14,6 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from wmrl.full_size_check.check import (
+    new_output,
+    new_specs_dir,
+    remove_written,
+    vae_in_float32,
+)
 from wmrl.full_size_check.check import run_check as main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,3 +80,32 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):
     out = capsys.readouterr()
     assert out.out == "" and not (tmp_path / "w").exists()
     assert "has no model-*.safetensors, Wan2.2_VAE.pth, dataset/" in out.err
+
+
+def test_the_cleanup_removes_only_what_the_run_wrote(tmp_path):
+    """A user's files in +check.workdir survive the cleanup, even named as the check's specs
+    (base.yaml, import.json) or as one of its outputs that was there before (policy/)."""
+    for name in ("notes.txt", "base.yaml", "import.json"):
+        (tmp_path / name).write_text("the user's")
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "weights.bin").write_text("the user's")
+    made = []
+    specs = new_specs_dir(tmp_path, made)
+    (specs / "base.yaml").write_text("the check's")
+    (specs / "import.json").write_text("{}")
+    assert new_output(tmp_path / "policy", made) == tmp_path / "policy"  # there before
+    (new_output(tmp_path / "world_model", made) / "transformer").mkdir(parents=True)
+    assert made == [specs, tmp_path / "world_model"]
+    remove_written(made)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "base.yaml", "import.json", "notes.txt", "policy"]
+    assert (tmp_path / "base.yaml").read_text() == "the user's"
+    assert (tmp_path / "policy" / "weights.bin").is_file()
+
+
+def test_a_bf16_vae_runs_in_float32_on_a_cpu_however_spelled():
+    assert vae_in_float32("cpu", "bf16") and vae_in_float32("cpu", "bfloat16")
+    assert not vae_in_float32("cpu", "float32") and not vae_in_float32("cpu", None)
+    assert not vae_in_float32("cuda:0", "bf16")
+    with pytest.raises(ValueError, match="env.world_model.vae_dtype='bf8' is not allowed"):
+        vae_in_float32("cpu", "bf8")

@@ -10,6 +10,7 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 from strategies import devices
 from wmrl.build import to_container
 from wmrl.config import validate
+from wmrl.dtypes import dtype_name
 from wmrl.errors import ConfigError, one_line
 from wmrl.full_size_check.options import (
     PARTS,
@@ -80,9 +82,10 @@ def bytes_to_write(cfg, write_release: bool, write_policy: bool) -> int:
     return total
 
 
-def run_child(part: str, spec: dict, workdir: Path, timeout_s: int) -> dict:
-    """One part in its own process (its own peak); its last stdout line is its result."""
-    path = workdir / f"{part}.json"
+def run_child(part: str, spec: dict, specs: Path, timeout_s: int) -> dict:
+    """One part in its own process (its own peak); its last stdout line is its result. Its
+    spec is written into ``specs``, the run's own folder (``new_specs_dir``)."""
+    path = specs / f"{part}.json"
     path.write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, "-m", "wmrl.full_size_check.parts", part, str(path)],
                           capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
@@ -105,12 +108,21 @@ def compare(part: str, peak: int, plan: dict, tolerance: float, device: str) -> 
             "ratio": round(ratio, 3), "agrees": abs(ratio - 1) <= tolerance}
 
 
-def dump(cfg, workdir: Path, name: str) -> str:
-    path = workdir / f"{name}.yaml"
+def dump(cfg, specs: Path, name: str) -> str:
+    path = specs / f"{name}.yaml"
     cfg = cfg.copy()
-    cfg.run_dir = str(workdir)  # not Hydra's run dir: no Hydra run here
+    cfg.run_dir = str(specs.parent)  # the workdir, not Hydra's run dir: no Hydra run here
     OmegaConf.save(cfg, path, resolve=True)
     return str(path)
+
+
+def vae_in_float32(device: str, vae_dtype) -> bool:
+    """Whether the check runs a bf16 VAE (``bf16`` or ``bfloat16``: the one dtype table) in
+    float32: on a CPU, where torch's bf16 3-D convolution has no fast kernel (one 160-channel
+    3x3x3 conv on 3x64x64: 97 s in bf16, 0.18 s in float32 here); the plan it is compared
+    with counts it so."""
+    return device == "cpu" and vae_dtype is not None and dtype_name(
+        vae_dtype, "env.world_model.vae_dtype") == "bfloat16"
 
 
 def run_check(user: list[str]) -> int:
@@ -134,10 +146,34 @@ def run_check(user: list[str]) -> int:
         return 1
     finally:
         if not opts.keep:
-            for path in made:
-                shutil.rmtree(path, ignore_errors=True)
-            for spec in [*workdir.glob("*.json"), *workdir.glob("*.yaml")]:
-                spec.unlink()
+            remove_written(made)
+
+
+def new_output(path: Path, made: list[Path]) -> Path:
+    """``path``, recorded in ``made`` (removed at the end) only when this run creates it: a
+    folder already there (a kept earlier run's, or the user's, which the part's writer
+    refuses) is never removed by the check."""
+    if not path.exists():
+        made.append(path)
+    return path
+
+
+def new_specs_dir(workdir: Path, made: list[Path]) -> Path:
+    """A fresh folder in ``workdir`` for the parts' specs and configs, recorded in ``made``:
+    no name of the check's can collide with a file of the user's there."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    specs = Path(tempfile.mkdtemp(dir=workdir, prefix="specs-"))
+    made.append(specs)
+    return specs
+
+
+def remove_written(made: list[Path]) -> None:
+    """Remove what this run wrote (``made``), and nothing else of the workdir."""
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _generate_and_run(cfg, user: list[str], opts: CheckOptions, device: str, workdir: Path,
@@ -148,13 +184,10 @@ def _generate_and_run(cfg, user: list[str], opts: CheckOptions, device: str, wor
     if opts.release and (Path(opts.release) / "resnet_rm.pth").is_file():
         reward_ckpt = str(Path(opts.release) / "resnet_rm.pth")
     random_reward = bool(reward_ckpt) and not Path(str(reward_ckpt)).exists()
-    # torch's bf16 3-D convolution has no fast CPU kernel (one 160-channel 3x3x3 conv on
-    # 3x64x64: 97 s in bf16, 0.18 s in float32 here): on a CPU the VAE runs in float32, and
-    # the plan it is compared with counts it so
-    cpu_vae = device == "cpu" and str(cfg.env.world_model.get("vae_dtype")) == "bfloat16"
+    cpu_vae = vae_in_float32(device, cfg.env.world_model.get("vae_dtype"))
     release = None if is_world_model_dir(wm_path) else (
         release_files(Path(opts.release)) if opts.release else "synthetic")
-    workdir.mkdir(parents=True, exist_ok=True)
+    specs = new_specs_dir(workdir, made)
     need = bytes_to_write(cfg, release == "synthetic", write_policy)
     free = shutil.disk_usage(workdir).free
     if need > free:
@@ -176,27 +209,24 @@ def _generate_and_run(cfg, user: list[str], opts: CheckOptions, device: str, wor
         paths.append("env.world_model.vae_dtype=float32")
     if release is not None:
         if release == "synthetic":
-            out = workdir / "release"
-            made.append(out)
-            r = run_child("release", {"config": dump(cfg, workdir, "base"), "out": str(out),
-                                      "envs": opts.envs}, workdir, opts.timeout_s)
+            out = new_output(workdir / "release", made)
+            r = run_child("release", {"config": dump(cfg, specs, "base"), "out": str(out),
+                                      "envs": opts.envs}, specs, opts.timeout_s)
             emit({"name": "full_size_check.release.write_s", "value": r["seconds"],
                   "unit": "s", "dit_params": r["dit_params"], "vae_params": r["vae_params"]})
             release = r
-        out = workdir / "world_model"
-        made.append(out)
-        r = run_child("import", {"config": dump(cfg, workdir, "base"), "out": str(out),
+        out = new_output(workdir / "world_model", made)
+        r = run_child("import", {"config": dump(cfg, specs, "base"), "out": str(out),
                                  **{k: release[k] for k in ("dit", "vae", "dataset")}},
-                      workdir, opts.timeout_s)
+                      specs, opts.timeout_s)
         emit({"name": "full_size_check.import.seconds", "value": r["seconds"], "unit": "s"})
         emit({"name": "full_size_check.import.peak_gb", "value": r["peak_gb"], "unit": "GB",
               "device": "cpu", "note": "make plan does not plan imports"})
         paths += [f"env.world_model.path={out}", f"env.initial_states={out}/initial_states"]
     if write_policy:
-        out = workdir / "policy"
-        made.append(out)
-        r = run_child("policy_checkpoint", {"config": dump(cfg, workdir, "base"),
-                                            "out": str(out)}, workdir, opts.timeout_s)
+        out = new_output(workdir / "policy", made)
+        r = run_child("policy_checkpoint", {"config": dump(cfg, specs, "base"),
+                                            "out": str(out)}, specs, opts.timeout_s)
         emit({"name": "full_size_check.policy_checkpoint.write_s", "value": r["seconds"],
               "unit": "s", "params": r["params"]})
         paths += [f"policy.pretrained_path={out}", "policy.config=null"]
@@ -215,8 +245,8 @@ def _generate_and_run(cfg, user: list[str], opts: CheckOptions, device: str, wor
                   "why": "the plan's peak is over 90% of this machine's free memory"})
             continue
         try:
-            r = run_child(part, {"config": dump(part_cfg, workdir, part), "device": device,
-                                 "workdir": str(workdir)}, workdir, opts.timeout_s)
+            r = run_child(part, {"config": dump(part_cfg, specs, part), "device": device,
+                                 "workdir": str(workdir)}, specs, opts.timeout_s)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             failed = True
             emit({"name": f"full_size_check.{part}.failed", "error": one_line(err)})
