@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from wmrl.atomic import atomic_path
+from wmrl.io.atomic import atomic_path
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

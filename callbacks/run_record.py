@@ -10,8 +10,8 @@ from typing import Any
 import lightning as L
 from omegaconf import OmegaConf
 
-from wmrl.atomic import write_text
 from wmrl.config import CONFIG_KEY
+from wmrl.io.atomic import write_text
 
 CONFIG_FILE = "config.yaml"
 HEADER = ("# The resolved config of this run (callbacks/run_record.py). Repeat it with\n"

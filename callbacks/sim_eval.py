@@ -13,13 +13,13 @@ import lightning as L
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
-from wmrl.atomic import atomic_path
 from wmrl.build import to_container
 from wmrl.eval.evaluate import evaluate_policy, save_success_plot
 from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_vs_real
 from wmrl.interfaces import PolicyTrainer
+from wmrl.io.atomic import atomic_path
+from wmrl.io.videos import save_gif, side_by_side_video
 from wmrl.sim.tasks import TASK_NAMES
-from wmrl.videos import save_gif, side_by_side_video
 
 
 def world_model_success(pl_module: L.LightningModule, last_steps: int) -> float | None:

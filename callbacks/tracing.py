@@ -9,7 +9,7 @@ from typing import Any
 import lightning as L
 
 from wmrl.interfaces import RolloutSource
-from wmrl.tracing import Tracer
+from wmrl.measure.tracing import Tracer
 
 
 class TracingCallback(L.Callback):

@@ -19,9 +19,9 @@ import argparse
 import json
 import sys
 
-from wmrl.atomic import write_text
 from wmrl.config import ConfigError
 from wmrl.eval.success_threshold import calibrate
+from wmrl.io.atomic import write_text
 
 
 def main(argv: list[str]) -> int:

@@ -26,9 +26,9 @@ import argparse
 import json
 import sys
 
-from wmrl.atomic import write_text
 from wmrl.config import ConfigError
 from wmrl.eval.run_length import score, step_lines
+from wmrl.io.atomic import write_text
 
 
 def main(argv: list[str]) -> int:

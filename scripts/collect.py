@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from wmrl.atomic import check_output_dir, mark_output_dir  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
+from wmrl.io.atomic import check_output_dir, mark_output_dir  # noqa: E402
 from wmrl.sim.dataset import TrajectoryWriter  # noqa: E402
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes  # noqa: E402
 from wmrl.sim.tabletop import STATE_DIM, TabletopVecEnv, task_by_name  # noqa: E402

@@ -8,7 +8,7 @@ RUN_A / RUN_B: a run dir of ``scripts/fit.py`` with csv logs (``logger=csv``:
 one JSON line with every figure (differences are B - A): Pearson's r over the common steps,
 the mean and the final difference, and Welch's t-test (t, df, p) of the last ``--window``
 common steps. Writes a PNG of both curves and their difference (default
-``compare_<metric>.png`` in the current dir). Only csv is read (wmrl/run_logs.py says why);
+``compare_<metric>.png`` in the current dir). Only csv is read (wmrl/measure/run_logs.py says why);
 exit code 2 names a missing log or metric. The logic is ``wmrl/eval/compare_runs.py``.
 """
 
@@ -19,7 +19,7 @@ import json
 import sys
 
 from wmrl.eval.compare_runs import compare_runs, json_safe, summary_line
-from wmrl.run_logs import RunLogError
+from wmrl.measure.run_logs import RunLogError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,9 @@ from omegaconf import DictConfig
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import wmrl.build  # noqa: E402,F401  (registers ${wmrl_assets:})
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.config import ConfigError, resolve_ckpt_path  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 from wmrl.schema import check_entry  # noqa: E402
 
 

@@ -24,12 +24,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from wmrl.atomic import check_output_dir, write_text  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.finetune.reward_on_imagination import (  # noqa: E402
     fit_reward_to_imagination,
     load_reward,
 )
+from wmrl.io.atomic import check_output_dir, write_text  # noqa: E402
 from wmrl.rewards.resnet import save_checkpoint  # noqa: E402
 from wmrl.sim.dataset import TrajectoryDataset  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402

@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.errors import ConfigError  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
 from wmrl.pipeline.lerobot_reset import reset_states_from_lerobot  # noqa: E402
 

@@ -25,8 +25,8 @@ import os
 import pickle
 import sys
 
-from wmrl.atomic import atomic_dir, check_output_dir
 from wmrl.errors import one_line
+from wmrl.io.atomic import atomic_dir, check_output_dir
 from wmrl.pipeline.rlinf.common import ImportRefused
 from wmrl.pipeline.rlinf.dit import read_dit, write_dit
 from wmrl.pipeline.rlinf.reset_data import read_reset_data, write_reset_data

@@ -49,10 +49,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 
-# the folders under --assets, the writer of each (wmrl.atomic) and the stage that writes it
+# the folders under --assets, the writer of each (wmrl.io.atomic) and the stage that writes it
 OUTPUTS = {"policy": "policy", "world_model": "world_model", "initial_states": "initial_states",
            "reward": "reward", "reward_on_imagination": "reward"}
 # per recipe: the task, expert noise_std -> seed (held out: seed + 10) of the world model's

@@ -5,7 +5,7 @@
 
 Reads each run's ``sim_eval/history.jsonl`` (``SimEvalCallback``) and, for the exploitation
 signal, its csv log. Prints one line per run, then the mean +- standard error over runs
-(SE = sample std / sqrt(n)) with the 95% t-interval of the mean and n (``wmrl.stats``), and
+(SE = sample std / sqrt(n)) with the 95% t-interval of the mean and n (``wmrl.measure.stats``), and
 one JSON line with every figure:
 
 * ``gain_train``: simulator success at the last eval minus step 0, on the scenes the world
@@ -43,7 +43,7 @@ import json
 import sys
 
 from wmrl.eval.seed_report import report, report_lines
-from wmrl.run_logs import RunLogError
+from wmrl.measure.run_logs import RunLogError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver)
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.eval.evaluate import evaluate_policy, mixed_group_fraction  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 from wmrl.pipeline import sft  # noqa: E402
 from wmrl.policies.configs import tiny_config  # noqa: E402
 from wmrl.policies.openvla_oft import build_policy  # noqa: E402

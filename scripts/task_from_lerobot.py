@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wmrl.asset_checks import check_world_model  # noqa: E402
-from wmrl.atomic import atomic_dir, check_output_dir  # noqa: E402
 from wmrl.errors import ConfigError  # noqa: E402
+from wmrl.io.atomic import atomic_dir, check_output_dir  # noqa: E402
 from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
 
 

@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 
 
 def train(cfg: DictConfig) -> dict:

@@ -28,10 +28,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
-from wmrl.atomic import check_output_dir  # noqa: E402
 from wmrl.errors import exit_on_config_error  # noqa: E402
 from wmrl.finetune import world_model as T  # noqa: E402
 from wmrl.finetune.world_model_module import train_stage  # noqa: E402
+from wmrl.io.atomic import check_output_dir  # noqa: E402
 from wmrl.world_model.action_wan import ActionWanModel  # noqa: E402
 
 

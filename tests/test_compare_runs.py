@@ -1,4 +1,4 @@
-"""scripts/compare_runs.py (wmrl/eval/compare_runs.py) and wmrl/run_logs.py on synthetic
+"""scripts/compare_runs.py (wmrl/eval/compare_runs.py) and wmrl/measure/run_logs.py on synthetic
 metrics.csv logs whose figures are known by construction (correlation 1/sqrt(2), a shift,
 identical windows)."""
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from wmrl.eval.compare_runs import compare_runs
-from wmrl.run_logs import RunLogError, compare, read_metric
-from wmrl.stats import mean_se, pearson, t_interval, welch, wilson
+from wmrl.measure.run_logs import RunLogError, compare, read_metric
+from wmrl.measure.stats import mean_se, pearson, t_interval, welch, wilson
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M = "rollout/success"

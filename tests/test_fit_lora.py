@@ -10,9 +10,9 @@ from conftest import CONF_DIR
 from hydra import compose, initialize_config_dir
 
 from wmrl.fit import fit
-from wmrl.lora import is_adapter_key, merged_state_dict
 from wmrl.pipeline.export import export_policy
 from wmrl.policies.openvla_oft import OpenVLAOFTPolicy, build_policy
+from wmrl.weights.lora import is_adapter_key, merged_state_dict
 
 pytestmark = pytest.mark.slow
 

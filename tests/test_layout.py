@@ -32,14 +32,14 @@ def files(package: str, skip: tuple[str, ...] = ()):
 # The floors of the house: a module imports only from floors below its own (so no circles,
 # and nothing runs back up). A node is a package of wmrl or one of its top-level modules.
 FLOORS = {
-    "errors": -1,  # the leaf every module may import (atomic's refusals are ConfigErrors)
-    "wmrl": 0, "atomic": 0, "pixels": 0, "stats": 0, "interfaces": 0, "dtypes": 0,
-    "peak_memory": 0, "random_weights": 0,  # torch only
-    "build": 1, "safetensors_shards": 1, "tracing": 1, "run_logs": 1, "videos": 1,
-    "sim": 1, "world_model": 1, "algorithms": 1,
-    "lerobot": 1,  # LeRobot datasets read and written; imports errors and atomic only
-    "lora": 1,  # peft adapters on any model (policy, world model); imports errors and atomic
-    "policies": 2, "rewards": 2,
+    "errors": -1,  # the leaf every module may import (io.atomic's refusals are ConfigErrors)
+    "wmrl": 0, "interfaces": 0,
+    "io": 0,  # files written whole, videos, pixels: imports errors only
+    "weights": 1,  # dtypes, sharded safetensors, random weights, LoRA: imports errors and io
+    "measure": 1,  # tracing, peak memory, statistics, run logs: imports io
+    "build": 1, "sim": 1,
+    "lerobot": 1,  # LeRobot datasets read and written; imports errors and io only
+    "world_model": 2, "algorithms": 2, "policies": 2, "rewards": 2,  # on weights' dtypes
     "envs": 3, "rollout": 3,
     "schema": 4,  # takes the choice lists from the components; none of them imports it
     "asset_checks": 5,

@@ -299,7 +299,7 @@ def test_unrepeatable_episodes_are_dropped_from_the_update(tmp_path):
         fit(make_module(drop_unrepeatable=True), [hand_batch()], tmp_path)
 
 
-# ---- LoRA (policy.lora, wmrl/lora.py) ---------------------------------------------------
+# ---- LoRA (policy.lora, wmrl/weights/lora.py) ---------------------------------------------------
 LORA_POLICY = {"_target_": "wmrl.policies.openvla_oft.build_policy",
                "lora": {"rank": 4, "alpha": 8, "init": False}}  # B random: the adapter acts
 
@@ -333,8 +333,8 @@ def policy_batch(version: int = 0, seed: int = 0) -> TrajectoryBatch:
 
 
 def test_lora_trains_its_adapters_against_the_base_and_sends_only_them(tmp_path):
-    from wmrl.lora import is_adapter_key, merged_state_dict
     from wmrl.policies.openvla_oft import build_policy
+    from wmrl.weights.lora import is_adapter_key, merged_state_dict
 
     module = make_module(LORA_POLICY, lr=1e-2, kl_coef=0.1)
     assert module.reference_policy is None  # the base is the policy with its adapters off

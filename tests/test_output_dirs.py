@@ -1,6 +1,6 @@
 """No command deletes what it did not write: every script that writes a folder refuses, in one
 line and before any work, an output folder holding a user's file (``notes.txt``), and
-``overwrite=true`` / ``--force`` lets it through (``wmrl.atomic.check_output_dir``). The
+``overwrite=true`` / ``--force`` lets it through (``wmrl.io.atomic.check_output_dir``). The
 importers and exports are tested beside their own tests (tests/pipeline/, test_task_from_lerobot).
 """
 
@@ -23,8 +23,8 @@ from scripts import (
     train_reward,
     train_world_model,
 )
-from wmrl.atomic import check_output_dir, written_by
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import check_output_dir, written_by
 from wmrl.rewards.resnet import build_classifier, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

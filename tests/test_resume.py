@@ -118,7 +118,7 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
            for r in (ha[2], hl[1])]
     assert sim[0] == sim[1] and "sim/success" in sim[0]
     assert "sim_unseen/success" in ha[-1] and "sim_unseen/success" in hl[-1]  # at the end
-    from wmrl.run_logs import read_metric
+    from wmrl.measure.run_logs import read_metric
 
     for key in ("wm/fragile_success", "rollout/dropped_unrepeatable"):
         a_, long_ = (read_metric(str(tmp_path / n), key).values for n in ("a", "long"))
@@ -140,5 +140,5 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
     pool = tmp_path / "cache" / "train_pool" / "red_of_two-front_close-64x64-seed3-n16"
     config = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert config["env"]["initial_states"] == str(pool)
-    # the pool's two files beside the writer's marker (wmrl.atomic: what wrote the folder)
+    # the pool's two files beside the writer's marker (wmrl.io.atomic: what wrote the folder)
     assert len([p for p in os.listdir(pool) if not p.startswith(".")]) == 2

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wmrl.eval import seed_report
-from wmrl.run_logs import RunLogError
+from wmrl.measure.run_logs import RunLogError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -34,7 +34,7 @@ from wmrl.rewards.resnet import (
     TaskResNetSuccessReward,
     build_classifier,
 )
-from wmrl.safetensors_shards import INDEX_NAME
+from wmrl.weights.safetensors_shards import INDEX_NAME
 from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
 
 __all__ = ["check_accelerator", "check_assets", "safetensors_shapes"]

@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from wmrl.asset_checks import check_accelerator, check_assets
 from wmrl.build import to_container
-from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError
 from wmrl.schema import check as check_schema
+from wmrl.weights.dtypes import DTYPES
 
 __all__ = ["CONF_DIR", "ConfigError", "check_paths", "compose_config", "validate"]
 

@@ -41,7 +41,7 @@ counts training steps = rollout batches, however many optimizer steps a batch ta
 offloads it like the policy). It is left out of checkpoints (it is rebuilt from the policy
 config on resume) and costs one no-grad forward per micro-batch.
 
-LoRA (``policy.lora``, ``wmrl/lora.py``): the base is frozen and only the adapters train, so
+LoRA (``policy.lora``, ``wmrl/weights/lora.py``): the base is frozen and only the adapters train, so
 the reference is the policy itself with its adapters switched off (no second copy); the
 optimizer holds the adapters, checkpoints hold them alone (the base is rebuilt from the policy
 config on resume) and weight syncs send them alone (the actors build the same base).
@@ -86,8 +86,14 @@ from wmrl.algorithms.lr_schedule import lr_multiplier
 from wmrl.build import build
 from wmrl.errors import ConfigError
 from wmrl.interfaces import RolloutSource, TrajectoryBatch
-from wmrl.lora import adapters_disabled, config_json, has_lora, is_adapter_key, synced_entries
-from wmrl.tracing import Tracer
+from wmrl.measure.tracing import Tracer
+from wmrl.weights.lora import (
+    adapters_disabled,
+    config_json,
+    has_lora,
+    is_adapter_key,
+    synced_entries,
+)
 
 _REFERENCE = "reference_policy."
 

@@ -32,9 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
-from wmrl.dtypes import DTYPES
 from wmrl.errors import ConfigError, require, require_positive
-from wmrl.lora import lora_config
 from wmrl.policies.openvla_oft import LORA_TARGETS, SUPPORTED_ATTN
 from wmrl.rewards.resnet import ARCHS as REWARD_ARCHS
 from wmrl.rewards.shaping import RESAMPLE_RETURNS
@@ -43,6 +41,8 @@ from wmrl.rollout.engine import PLACEMENTS
 from wmrl.rollout.placement import DEVICES
 from wmrl.rollout.weight_sync.types import TRANSPORTS
 from wmrl.sim.tasks import CAMERAS, TASK_NAMES
+from wmrl.weights.dtypes import DTYPES
+from wmrl.weights.lora import lora_config
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:

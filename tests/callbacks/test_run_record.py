@@ -24,7 +24,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from callbacks.run_record import RunRecordCallback
 from callbacks.tracing import TracingCallback
 from wmrl.build import to_container
-from wmrl.tracing import Tracer
+from wmrl.measure.tracing import Tracer
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "conf")

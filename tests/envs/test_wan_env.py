@@ -17,7 +17,7 @@ from wmrl.envs.initial_states import (
 )
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.interfaces import ChunkEnv
-from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
+from wmrl.io.pixels import u8_to_unit_np, unit_to_u8_torch
 
 TINY_CONF = os.path.join(CONF_DIR, "env", "wan_tiny.yaml")
 CFG = OmegaConf.to_container(OmegaConf.load(TINY_CONF), resolve=False)

@@ -10,8 +10,8 @@ from test_config import fit_cfg
 
 from wmrl.build import build, to_container
 from wmrl.eval.side_by_side import imagined_vs_real
+from wmrl.io.videos import side_by_side_video
 from wmrl.sim.tabletop import initial_frames
-from wmrl.videos import side_by_side_video
 
 
 def test_side_by_side_video_holds_the_shorter():

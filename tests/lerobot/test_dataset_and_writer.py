@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from wmrl.atomic import OUTPUT_MARKER
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import OUTPUT_MARKER
 from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
 from wmrl.lerobot.writer import write_lerobot
 

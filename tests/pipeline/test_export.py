@@ -84,7 +84,7 @@ def test_a_lora_fit_goes_out_merged_or_as_its_adapter(source, tmp_path):
     ``PeftModel.from_pretrained`` loads onto the source and that scores as the merged one."""
     from peft import PeftModel
 
-    from wmrl.lora import config_json, merged_state_dict
+    from wmrl.weights.lora import config_json, merged_state_dict
 
     spec = {"rank": 4, "alpha": 8, "init": False}
     policy = build_policy(pretrained_path=str(source), unnorm_key="tabletop", lora=spec,

@@ -8,7 +8,7 @@ import torch
 from tests.tiny_models import tiny_world_model
 from wmrl.envs.initial_states import InitialStates
 from wmrl.envs.wan_env import WanWorldModelEnv
-from wmrl.pixels import u8_to_unit_torch
+from wmrl.io.pixels import u8_to_unit_torch
 from wmrl.world_model.clip_layout import RESET_ACTION, build_clip, chunk_actions, hold_action
 
 

@@ -16,8 +16,8 @@ from typing import Any, List, Optional
 from wmrl.algorithms.advantages import ESTIMATORS
 from wmrl.algorithms.grpo import ADVANTAGE_SCALES, AGGREGATIONS
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
-from wmrl.dtypes import DTYPES, dtype_name
 from wmrl.errors import ConfigError, require, require_choice, require_positive
+from wmrl.weights.dtypes import DTYPES, dtype_name
 
 
 @dataclass

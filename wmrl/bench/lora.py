@@ -1,4 +1,4 @@
-"""LoRA on the policy (``policy.lora``, wmrl/lora.py): what a weight sync and a checkpoint
+"""LoRA on the policy (``policy.lora``, wmrl/weights/lora.py): what a weight sync and a checkpoint
 carry, and what a GRPO update costs, beside full-parameter training.
 
 Bytes (exact, not timed): the tensors ``GRPOModule`` sends its rollout actors each step - the
@@ -22,9 +22,9 @@ import torch
 
 from strategies.checkpoint import full_state_dict
 from wmrl.algorithms import grpo
-from wmrl.lora import adapters_disabled, synced_entries
 from wmrl.policies.configs import openvla_7b_config
 from wmrl.policies.openvla_oft import build_policy, build_policy_meta
+from wmrl.weights.lora import adapters_disabled, synced_entries
 
 
 def _bytes(state: dict) -> int:
@@ -32,7 +32,7 @@ def _bytes(state: dict) -> int:
 
 
 def _synced(policy) -> dict:
-    """What GRPOModule sends its actors (``wmrl.lora.synced_entries``)."""
+    """What GRPOModule sends its actors (``wmrl.weights.lora.synced_entries``)."""
     return full_state_dict(policy, keep=synced_entries(policy))
 
 

@@ -19,10 +19,10 @@ from wmrl.pipeline.rlinf.dit import release_dit_shapes
 ROOT = Path(__file__).resolve().parents[2]
 DIM, FFN, LAYERS = 3072, 14336, 3  # the 5B's width (release_dit_shapes' defaults), 3 blocks
 
-# the child's own peak (wmrl.peak_memory: VmHWM, which execve resets)
+# the child's own peak (wmrl.measure.peak_memory: VmHWM, which execve resets)
 CHILD = """
 import json, sys
-from wmrl.peak_memory import host_peak
+from wmrl.measure.peak_memory import host_peak
 from wmrl.pipeline.rlinf.dit import import_dit
 if sys.argv[1] != "baseline":
     import_dit([sys.argv[2]], sys.argv[3], shard_bytes=int(sys.argv[1]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from wmrl.tracing import Tracer
+from wmrl.measure.tracing import Tracer
 
 N = 100_000
 

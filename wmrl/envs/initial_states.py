@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from wmrl.atomic import atomic_path, write_text
+from wmrl.io.atomic import atomic_path, write_text
 
 FORMAT = "wmrl.initial_states/v1"
 TENSORS = "initial_states.safetensors"

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, open_dict
 
-from wmrl.atomic import atomic_dir
 from wmrl.envs.initial_states import load_initial_states, write_initial_states
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import atomic_dir
 from wmrl.sim.tabletop import initial_frames
 
 

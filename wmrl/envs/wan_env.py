@@ -36,7 +36,7 @@ pessimistic (or averaged) reading of the chunk that decides the episode
 (``wmrl.rewards.shaping.resample_shift``).
 
 Overheads removed, results unchanged: frames stay on the device as uint8; uint8 -> [-1, 1] is
-a 256-entry table built on the host with ``wmrl.pixels.u8_to_unit_np``; the anchor frame's VAE
+a 256-entry table built on the host with ``wmrl.io.pixels.u8_to_unit_np``; the anchor frame's VAE
 encoder state is computed once per episode (``encode_with_anchor`` gives the latents of
 encoding the whole clip bit for bit: tests/world_model/test_action_wan.py) and again only when
 the set of active envs changes; non-finite latents are checked once per denoising loop.
@@ -58,7 +58,7 @@ from wmrl.envs.initial_states import (
     group_state_ids,
     seed_reset_generator,
 )
-from wmrl.pixels import u8_to_unit_np, unit_to_u8_torch
+from wmrl.io.pixels import u8_to_unit_np, unit_to_u8_torch
 from wmrl.rewards.shaping import RESAMPLE_RETURNS, chunk_success, resample_shift, shape_rewards
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES, reset_actions

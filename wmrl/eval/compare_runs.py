@@ -1,5 +1,5 @@
 """One metric of two runs compared step by step (``scripts/compare_runs.py``): the figures of
-``wmrl.run_logs.compare`` (Pearson's r over the common steps, the mean and final difference
+``wmrl.measure.run_logs.compare`` (Pearson's r over the common steps, the mean and final difference
 B - A, Welch's t-test over the last ``window`` common steps), a readable line and a PNG."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import os
 import re
 
-from wmrl.run_logs import Series, align, compare, read_metric
+from wmrl.measure.run_logs import Series, align, compare, read_metric
 
 
 def compare_runs(run_a: str, run_b: str, metric: str = "rollout/success", window: int = 20,

@@ -16,12 +16,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from wmrl.atomic import atomic_path
 from wmrl.build import build
 from wmrl.eval.policy_checkpoint import load_policy
+from wmrl.io.atomic import atomic_path
+from wmrl.measure.stats import rate_with_interval, wilson
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TASK_NAMES, TabletopVecEnv
-from wmrl.stats import rate_with_interval, wilson
 
 
 @dataclass
@@ -38,7 +38,7 @@ class EvalResult:
         return int(sum(o for v in self.outcomes.values() for o in v))
 
     def interval(self) -> tuple[float, float]:
-        """The 95% Wilson interval of the overall success (``wmrl.stats.wilson``)."""
+        """The 95% Wilson interval of the overall success (``wmrl.measure.stats.wilson``)."""
         return wilson(self.successes, self.episodes)
 
     def describe(self) -> str:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import os
 
-from wmrl.atomic import write_text
 from wmrl.build import to_container
 from wmrl.config import ConfigError, check_held_out_seed, compose_config
 from wmrl.eval.evaluate import evaluate_eval_config
+from wmrl.io.atomic import write_text
 
 FILE = "held_out.json"  # in a run dir, next to sim_eval/
 

@@ -17,7 +17,7 @@ import torch
 from wmrl.asset_checks import check_policy
 from wmrl.build import build
 from wmrl.config import CONFIG_KEY, ConfigError, check_checkpoint, is_dcp_folder
-from wmrl.lora import has_lora, is_adapter_key
+from wmrl.weights.lora import has_lora, is_adapter_key
 
 PREFIX = "policy."
 

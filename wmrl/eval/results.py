@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 
-from wmrl.atomic import write_text
 from wmrl.eval.evaluate import evaluate_eval_config, mixed_group_fraction
-from wmrl.stats import wilson
-from wmrl.videos import save_gif
+from wmrl.io.atomic import write_text
+from wmrl.io.videos import save_gif
+from wmrl.measure.stats import wilson
 
 
 def run_eval(cfg: dict) -> tuple[dict, str]:
@@ -38,7 +38,7 @@ def run_eval(cfg: dict) -> tuple[dict, str]:
 
 
 def format_table(outcomes: dict[str, list[bool]]) -> str:
-    """Per task and overall: episodes, success and its 95% Wilson interval (``wmrl.stats``)."""
+    """Per task and overall: episodes, success and its 95% Wilson interval (``wmrl.measure.stats``)."""
     rows = [f"{'task':<16}{'episodes':>9}{'success':>9}  95% interval"]
     for name, ok in [*outcomes.items(), ("overall", [o for v in outcomes.values() for o in v])]:
         lo, hi = wilson(sum(ok), len(ok))

@@ -12,7 +12,7 @@ import re
 
 from wmrl.config import ConfigError
 from wmrl.eval.held_out import held_out_config, simulator_success
-from wmrl.stats import mean_se
+from wmrl.measure.stats import mean_se
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
 

@@ -1,7 +1,7 @@
 """Learning figures over training seeds (``scripts/seed_report.py``, whose docstring lists
 them): from each fit run dir's ``sim_eval/history.jsonl``, csv log, ``held_out.json`` and
 ``pace/summary.json``, the mean +- standard error over runs (SE = sample std / sqrt(n)) with
-the 95% t-interval of the mean (``wmrl.stats``), and with ``against`` the paired differences
+the 95% t-interval of the mean (``wmrl.measure.stats``), and with ``against`` the paired differences
 (this arm minus the baseline run of the same training seed)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 from omegaconf import OmegaConf
 
 from wmrl.eval.held_out import read_held_out
-from wmrl.run_logs import RunLogError, read_metric
-from wmrl.stats import mean_se, pearson, t_interval
+from wmrl.measure.run_logs import RunLogError, read_metric
+from wmrl.measure.stats import mean_se, pearson, t_interval
 
 
 def read_seed(run: str) -> int:

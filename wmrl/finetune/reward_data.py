@@ -17,8 +17,8 @@ import torch
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.errors import ConfigError
 from wmrl.finetune.world_model import episode_initial_states, open_loop_replay
+from wmrl.io.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.lerobot.dataset import LeRobotDataset
-from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tasks import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel

@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset
 
-from wmrl.atomic import write_text
 from wmrl.build import to_container
 from wmrl.finetune.reward_datasets import load_frames
 from wmrl.finetune.reward_evaluation import binary_metrics
 from wmrl.finetune.update import optimizer_step
+from wmrl.io.atomic import write_text
 from wmrl.launch.trainer import build_trainer, start_run, stop_on_sigterm
 from wmrl.rewards.resnet import build_classifier, save_checkpoint, training_input
 from wmrl.schema import check_entry

@@ -27,7 +27,7 @@ from wmrl.envs.initial_states import InitialStates
 from wmrl.envs.train_pool import write_scene_frames
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.reward_evaluation import confusion_counts
-from wmrl.pixels import u8_to_unit_torch, unit_to_u8_torch
+from wmrl.io.pixels import u8_to_unit_torch, unit_to_u8_torch
 from wmrl.sim.dataset import TrajectoryDataset
 from wmrl.sim.tasks import task_by_name
 from wmrl.world_model.action_wan import ActionWanModel

@@ -57,9 +57,9 @@ from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
 from wmrl.finetune.update import optimizer_step
 from wmrl.finetune.world_model import ClipSet, clip_sampling_weights, predict_chunk
-from wmrl.lora import lora_config
-from wmrl.pixels import u8_to_unit_torch
-from wmrl.videos import save_gif, side_by_side_video
+from wmrl.io.pixels import u8_to_unit_torch
+from wmrl.io.videos import save_gif, side_by_side_video
+from wmrl.weights.lora import lora_config
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 from wmrl.world_model.clip_layout import CONDITION_FRAMES
 from wmrl.world_model.objective import FlowMatchObjective

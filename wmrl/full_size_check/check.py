@@ -18,7 +18,6 @@ from omegaconf import OmegaConf
 from strategies import devices
 from wmrl.build import to_container
 from wmrl.config import validate
-from wmrl.dtypes import dtype_name
 from wmrl.errors import ConfigError, one_line
 from wmrl.full_size_check.options import (
     PARTS,
@@ -33,6 +32,7 @@ from wmrl.pipeline.rlinf.vae import release_vae_shapes
 from wmrl.plan.memory import PlanOptions, make_plan
 from wmrl.plan.meta import build_policy, numel
 from wmrl.policies.checkpoint import is_policy_dir
+from wmrl.weights.dtypes import dtype_name
 from wmrl.world_model.files import is_world_model_dir
 
 GB = 1e9

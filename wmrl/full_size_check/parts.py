@@ -28,7 +28,7 @@ from wmrl.fit import build_datamodule, build_module
 from wmrl.full_size_check.cpu_linear import bf16_linears_in_float32
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.launch.trainer import build_trainer
-from wmrl.peak_memory import PeakMemory
+from wmrl.measure.peak_memory import PeakMemory
 from wmrl.pipeline.rlinf.synthetic import write_release
 from wmrl.plan.meta import build_policy
 from wmrl.policies.openvla_oft import write_random_policy

@@ -38,7 +38,7 @@ Stats: vectors over the episode's frames; the camera per channel in [0, 1], shap
 from at most 100 frames evenly spaced and at most ~150 pixels a side (LeRobot samples likewise).
 
 The whole folder is written beside ``root`` and renamed onto it at the end
-(``wmrl.atomic.atomic_dir``): a failure leaves no half dataset. An existing ``root`` is an error
+(``wmrl.io.atomic.atomic_dir``): a failure leaves no half dataset. An existing ``root`` is an error
 unless ``overwrite=True``.
 """
 
@@ -56,8 +56,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from av.video.frame import PictureType
 
-from wmrl.atomic import atomic_dir
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import atomic_dir
 from wmrl.lerobot.dataset import ACTION, STATE, VERSIONS, chunk_file
 
 SUCCESS = "next.success"

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from wmrl.atomic import write_text
+from wmrl.io.atomic import write_text
 
 # the reward's held-out scores on imagined frames logged per round (pace/reward_<k>_before|after)
 REWARD_METRICS = ("frame_precision", "frame_recall", "frame_auroc", "episode_precision",

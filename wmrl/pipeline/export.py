@@ -15,7 +15,7 @@ World model (``export_world_model``): the source world model (``env.world_model.
 the transformer and action weights of the checkpoint's PACE state, as a world-model directory
 ``WanWorldModelEnv`` and ``ActionWanModel.from_pretrained`` load.
 
-The output directory is written whole or not at all (``wmrl.atomic.atomic_dir``), and only
+The output directory is written whole or not at all (``wmrl.io.atomic.atomic_dir``), and only
 over a new or empty folder or an earlier export of the same kind unless ``force``.
 """
 
@@ -35,11 +35,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from strategies.checkpoint import load_full_state_dict
-from wmrl.atomic import atomic_dir, check_output_dir
 from wmrl.build import build
 from wmrl.config import CONFIG_KEY, DCP_META, read_checkpoint_meta
 from wmrl.errors import ConfigError, one_line
-from wmrl.lora import (
+from wmrl.io.atomic import atomic_dir, check_output_dir
+from wmrl.measure.stats import rate_with_interval
+from wmrl.weights.lora import (
     add_lora,
     config_from_json,
     is_adapter_key,
@@ -47,8 +48,7 @@ from wmrl.lora import (
     peft_names,
     write_adapter,
 )
-from wmrl.safetensors_shards import INDEX_NAME
-from wmrl.stats import rate_with_interval
+from wmrl.weights.safetensors_shards import INDEX_NAME
 from wmrl.world_model.action_wan import ActionWanModel
 
 POLICY_PREFIX = "policy."
@@ -168,7 +168,7 @@ def export_policy(ckpt_path: str, out: str, source: str | None = None,
 def merged_policy_state(policy_cfg: dict, source: str, lora_config: str,
                         adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The base policy from ``source`` with the checkpoint's adapters folded in, in the
-    base's names (``W + s * B A``, wmrl/lora.py)."""
+    base's names (``W + s * B A``, wmrl/weights/lora.py)."""
     spec = {**policy_cfg, "pretrained_path": source, "lora": None,
             "gradient_checkpointing": False, "fused_ops": False}
     policy = build(spec)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.atomic import check_output_dir
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import check_output_dir
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.sim.dataset import Episode, TrajectoryDataset
 from wmrl.sim.tasks import STATE_DIM, STATE_SLICES
@@ -89,7 +89,7 @@ def export_lerobot(src: str | Path, out: str | Path, version: str = "v3.0",
                    crf: int = 30, force: bool = False) -> dict:
     """Write the TrajectoryDataset at ``src`` as a LeRobot dataset at ``out`` (whole or not at
     all; an ``out`` holding anything but an earlier export is refused first unless ``force``:
-    ``wmrl.atomic.check_output_dir``). ``fps``: None takes ``dataset_fps``. ``crf``: the
+    ``wmrl.io.atomic.check_output_dir``). ``fps``: None takes ``dataset_fps``. ``crf``: the
     video quality (30 is LeRobot's default). Returns a summary: episodes, frames, path, ..."""
     check_output_dir(out, "lerobot_dataset", force)
     ds = open_trajectories(src)

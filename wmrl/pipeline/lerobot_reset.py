@@ -18,7 +18,7 @@ Written: ``<out>/initial_states/`` (``wmrl.envs.initial_states``: the world-mode
 RLinf's reader takes them: importing ``dataset/`` with ``import_reset_data`` gives the same
 states. The actions are the dataset's own: the world model must be trained on the same
 convention. Both folders are written whole or not at all, each only over a new or empty
-folder or an earlier import (``wmrl.atomic.check_output_dir``; scripts/import_lerobot.py checks
+folder or an earlier import (``wmrl.io.atomic.check_output_dir``; scripts/import_lerobot.py checks
 them first); whatever else ``<out>`` holds stays.
 """
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.atomic import atomic_dir, write_text
 from wmrl.envs.initial_states import write_initial_states
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import atomic_dir, write_text
 from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
 from wmrl.world_model.clip_layout import OPEN_GRIPPER
 

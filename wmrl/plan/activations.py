@@ -66,7 +66,7 @@ import torch
 from torch import nn
 
 from strategies.live_bytes import LiveBytes
-from wmrl.pixels import u8_to_unit_torch
+from wmrl.io.pixels import u8_to_unit_torch
 from wmrl.rewards.resnet import frames_to_input
 from wmrl.world_model.objective import FlowMatchObjective
 

@@ -53,10 +53,10 @@ from torch import nn
 from wmrl.build import to_container
 from wmrl.config import compose_config
 from wmrl.finetune.world_model_module import DIT_LORA_TARGETS
-from wmrl.lora import lora_config
 from wmrl.plan.activations import trace_world_model_training
 from wmrl.plan.memory import GB, PlanOptions, Role, _shard_group
 from wmrl.plan.meta import build_world_model, cached, nbytes, numel
+from wmrl.weights.lora import lora_config
 from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES
 
 FINETUNE_CONFIG = "finetune_world_model"

@@ -48,8 +48,6 @@ from torch import nn
 from strategies.precision import param_dtype_for_precision
 from wmrl.algorithms.config import check_optimizer_dtype
 from wmrl.build import to_container
-from wmrl.dtypes import dtype_name, to_dtype
-from wmrl.lora import is_adapter_key
 from wmrl.plan.activations import (
     policy_dims,
     rollout_activation_bytes,
@@ -58,6 +56,8 @@ from wmrl.plan.activations import (
     train_activation_bytes,
 )
 from wmrl.plan.meta import build_policy, build_reward, build_world_model, cached, nbytes, numel
+from wmrl.weights.dtypes import dtype_name, to_dtype
+from wmrl.weights.lora import is_adapter_key
 
 GB = 1e9
 

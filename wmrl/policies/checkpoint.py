@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from wmrl.atomic import atomic_dir
-from wmrl.safetensors_shards import INDEX_NAME, write_sharded
+from wmrl.io.atomic import atomic_dir
+from wmrl.weights.safetensors_shards import INDEX_NAME, write_sharded
 
 # openvla-oft saves its continuous heads beside the backbone as "<module>--<step>_checkpoint.pt"
 # (e.g. action_head--150000_checkpoint.pt); its loader finds them by name the same way.
@@ -91,7 +91,7 @@ def read_pretrained_config(path: str, overrides: dict | None = None) -> dict:
 def write_pretrained(path: str, config: dict,
                      state_dict: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
                      tokenizer=None, max_shard_bytes: int = 5 * 2**30) -> None:
-    """A policy in the upstream layout at ``path``, atomically (``wmrl.atomic.atomic_dir``:
+    """A policy in the upstream layout at ``path``, atomically (``wmrl.io.atomic.atomic_dir``:
     built in a temp dir, then renamed; only over a policy or an empty folder): ``config.json``
     (``config`` as an OpenVLA config), ``dataset_statistics.json``, the tokenizer's files and
     the weights in shards of ``max_shard_bytes``. ``state_dict``: a mapping, or (name, tensor)

@@ -21,9 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strategies.fused import apply_fused_ops, fused_ops_config
-from wmrl.dtypes import to_dtype
 from wmrl.interfaces import PolicySample
-from wmrl.lora import add_lora
 from wmrl.policies import action_tokenizer as at
 from wmrl.policies.checkpoint import (
     is_policy_dir,
@@ -34,7 +32,9 @@ from wmrl.policies.checkpoint import (
 from wmrl.policies.configs import openvla_7b_config, resolve_config, tiny_config
 from wmrl.policies.text_tokenizer import PromptEncoder, build_tiny_tokenizer, load_tokenizer
 from wmrl.policies.vit import Block, VisionTransformer, ViTConfig, vit_config_for
-from wmrl.random_weights import random_tensors
+from wmrl.weights.dtypes import to_dtype
+from wmrl.weights.lora import add_lora
+from wmrl.weights.random_weights import random_tensors
 
 # OpenVLA-OFT decodes in parallel with a 4-D bidirectional mask: the backends that honour it
 SUPPORTED_ATTN = ("eager", "sdpa")
@@ -333,7 +333,7 @@ class OpenVLAOFTPolicy(nn.Module):
         head = self.language_model.lm_head
         if isinstance(head, nn.Linear):
             logits = F.linear(h, head.weight[first: self.vocab_base])
-        else:  # wrapped by a LoRA adapter (wmrl.lora): the whole head, then those rows
+        else:  # wrapped by a LoRA adapter (wmrl.weights.lora): the whole head, then those rows
             logits = head(h)[..., first: self.vocab_base]
         return at.bin_logits(logits.float(), self.vocab_base, self.n_bins, first_id=first)
 
@@ -403,7 +403,7 @@ def build_policy(pretrained_path: str | None = None, config: dict | None = None,
     a device type (``npu``, ``cuda``, ``cpu``) picks that family's kernels. Tensors on another
     device run eager. What was swapped: ``policy.fused_ops_report`` (``strategies.fused``).
 
-    ``lora``: null trains every parameter; a spec (``wmrl.lora``: rank, alpha, dropout,
+    ``lora``: null trains every parameter; a spec (``wmrl.weights.lora``: rank, alpha, dropout,
     target_modules, init, path) freezes the base and puts peft LoRA adapters on
     ``target_modules`` (default ``LORA_TARGETS``, RLinf's), or loads the adapter directory
     ``path`` on top of the base."""
@@ -465,7 +465,7 @@ def write_random_policy(path: str, config: dict | None = None, dtype: str = "bfl
                         unnorm_key: str = "libero_spatial_no_noops", seed: int = 0,
                         max_shard_bytes: int = 2 << 30) -> int:
     """A checkpoint directory in the published layout with random weights
-    (``wmrl.random_weights``) at ``config``'s shapes (None: the published 7B), written a
+    (``wmrl.weights.random_weights``) at ``config``'s shapes (None: the published 7B), written a
     shard at a time; returns its tensor bytes. What ``scripts/full_size_check.py`` loads when
     ``policy.pretrained_path`` holds no checkpoint. Its tokenizer is the word-level one
     (``build_tiny_tokenizer``) at the config's vocabulary size, its dataset statistics

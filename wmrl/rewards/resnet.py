@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from wmrl.atomic import atomic_path, mark_output_dir
-from wmrl.pixels import u8_to_unit_torch
+from wmrl.io.atomic import atomic_path, mark_output_dir
+from wmrl.io.pixels import u8_to_unit_torch
 from wmrl.rewards.base import LazyRewardModel, seeded_init
 
 REAL_CONFIG: dict[str, Any] = {
@@ -198,7 +198,7 @@ def read_checkpoint(checkpoint: str | Path) -> tuple[dict[str, torch.Tensor], di
 def save_checkpoint(model: nn.Module, config: dict, out_dir: str | Path) -> Path:
     """Write ``model.safetensors`` + ``config.json`` into ``out_dir`` atomically (each file is
     written to a temp name in the same directory, then ``os.replace``d), and mark the folder a
-    reward's (``wmrl.atomic.mark_output_dir``: the scripts replace only their own output)."""
+    reward's (``wmrl.io.atomic.mark_output_dir``: the scripts replace only their own output)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wmrl.dtypes import to_dtype
 from wmrl.rewards.base import LazyRewardModel
+from wmrl.weights.dtypes import to_dtype
 
 PROMPT = (
     "The above video shows a robot manipulation trajectory that completes the following "

@@ -27,10 +27,8 @@ import ray
 import torch
 
 from wmrl.build import to_container
-from wmrl.dtypes import to_dtype
 from wmrl.errors import ConfigError
 from wmrl.interfaces import TrajectoryBatch
-from wmrl.lora import is_adapter_key
 from wmrl.rollout import placement as place
 from wmrl.rollout.actor_pool import ActorPool
 from wmrl.rollout.actor_sync import ActorSync
@@ -44,6 +42,8 @@ from wmrl.rollout.engine import (
     issue_resets,
     reset_seed,
 )
+from wmrl.weights.dtypes import to_dtype
+from wmrl.weights.lora import is_adapter_key
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ class RolloutDataModule(L.LightningDataModule):
 
     def _for_actors(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``rollout.policy_dtype``: the floating weights in the actors' dtype (LoRA adapters
-        stay float32 on both sides, wmrl.lora)."""
+        stay float32 on both sides, wmrl.weights.lora)."""
         dt = self.policy_dtype
         if dt is None:
             return state

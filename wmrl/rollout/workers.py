@@ -26,12 +26,12 @@ import torch
 
 from strategies import devices
 from wmrl.build import build
-from wmrl.lora import synced_entries
+from wmrl.measure.tracing import Tracer
 from wmrl.rollout.placement import resolve_device
 from wmrl.rollout.sync_group import SyncGroup
 from wmrl.rollout.weight_sync.receiver import WeightReceiver
 from wmrl.rollout.weight_sync.types import SyncPayload
-from wmrl.tracing import Tracer
+from wmrl.weights.lora import synced_entries
 
 MAX_REDRAWS = 3  # re-draws of a sample with non-finite log-probs before giving up
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from wmrl.atomic import atomic_path, write_text
+from wmrl.io.atomic import atomic_path, write_text
 
 FORMAT = "wmrl-trajectories"
 VERSION = 1

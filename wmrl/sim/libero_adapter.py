@@ -50,7 +50,7 @@ import numpy as np
 import yaml
 
 import wmrl.sim.tabletop  # noqa: F401  (picks MUJOCO_GL before robosuite imports mujoco)
-from wmrl.atomic import write_text
+from wmrl.io.atomic import write_text
 
 # LIBERO's per-suite step limits (+ wait steps) as used by OpenVLA-OFT's evaluation.
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300,

@@ -40,8 +40,8 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, patchify
 from safetensors.torch import load_file, save_file
 
-from wmrl.atomic import atomic_dir
-from wmrl.dtypes import to_dtype
+from wmrl.io.atomic import atomic_dir
+from wmrl.weights.dtypes import to_dtype
 from wmrl.world_model.files import ACTION_WEIGHTS, CONFIG_FILES
 from wmrl.world_model.sampler import euler_sample, inference_sigmas
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wmrl.dtypes import to_dtype
+from wmrl.weights.dtypes import to_dtype
 from wmrl.world_model.sampler import NUM_TRAIN_TIMESTEPS, shift_sigmas
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wmrl.pixels import u8_to_unit_torch
+from wmrl.io.pixels import u8_to_unit_torch
 
 
 @dataclass(frozen=True)

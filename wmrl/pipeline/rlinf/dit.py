@@ -34,7 +34,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from wmrl.atomic import atomic_dir
+from wmrl.io.atomic import atomic_dir
 from wmrl.pipeline.rlinf.common import (
     DIFFUSERS_STEM,
     ImportRefused,
@@ -42,7 +42,7 @@ from wmrl.pipeline.rlinf.common import (
     meta_shapes,
     progress,
 )
-from wmrl.safetensors_shards import write_sharded
+from wmrl.weights.safetensors_shards import write_sharded
 from wmrl.world_model.files import ACTION_WEIGHTS
 
 ACTION_PREFIXES = ("action_mlp1.", "action_mlp2.")

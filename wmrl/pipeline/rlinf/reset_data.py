@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.atomic import write_text
 from wmrl.envs.initial_states import write_initial_states
+from wmrl.io.atomic import write_text
 from wmrl.pipeline.rlinf.common import (
     ImportRefused,
 )

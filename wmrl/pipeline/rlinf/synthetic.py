@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wmrl.atomic import atomic_dir
+from wmrl.io.atomic import atomic_dir
 from wmrl.pipeline.rlinf.dit import release_dit_shapes
 from wmrl.pipeline.rlinf.vae import release_vae_shapes
-from wmrl.random_weights import random_tensors
-from wmrl.safetensors_shards import write_sharded
+from wmrl.weights.random_weights import random_tensors
+from wmrl.weights.safetensors_shards import write_sharded
 
 TASKS = ("pick up the black bowl between the plate and the ramekin and place it on the plate",
          "pick up the black bowl on the stove and place it on the plate")

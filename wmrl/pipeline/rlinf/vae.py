@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from wmrl.atomic import atomic_dir
+from wmrl.io.atomic import atomic_dir
 from wmrl.pipeline.rlinf.common import (
     DIFFUSERS_STEM,
     ImportRefused,
@@ -17,7 +17,7 @@ from wmrl.pipeline.rlinf.common import (
     meta_shapes,
     progress,
 )
-from wmrl.safetensors_shards import write_sharded
+from wmrl.weights.safetensors_shards import write_sharded
 
 # ---- the Wan2.2 VAE (the release's Wan2.2_VAE.pth, original Wan2.2 layout) ------------------
 # Wan2.2's latent statistics (z_dim 48), as its VAE wrapper normalises with them; they are not

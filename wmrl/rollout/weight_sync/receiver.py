@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from wmrl.dtypes import dtype_name
 from wmrl.rollout.weight_sync.codec import delta_runs
 from wmrl.rollout.weight_sync.collective import CollectiveReceiverMixin
 from wmrl.rollout.weight_sync.ipc import IpcReceiverMixin
 from wmrl.rollout.weight_sync.store import StoreReceiverMixin
 from wmrl.rollout.weight_sync.types import SyncPayload, TensorSlot, WeightSyncError
+from wmrl.weights.dtypes import dtype_name
 
 
 class WeightReceiver(StoreReceiverMixin, IpcReceiverMixin, CollectiveReceiverMixin):

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from wmrl.dtypes import dtype_name
+from wmrl.weights.dtypes import dtype_name
 
 TRANSPORTS = ("cpu", "gloo", "device")  # what a user configures; "ipc" is chosen by the caller
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from tiny_models import tiny_world_model_config
 
 import strategies.dtypes
-import wmrl.dtypes
+import wmrl.weights.dtypes
 from strategies import HybridShardStrategy
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.config import policy_config_diff
@@ -25,7 +25,7 @@ SPELLINGS = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.
 
 def test_wmrl_reads_the_strategies_table():
     assert strategies.dtypes.DTYPES == SPELLINGS
-    assert wmrl.dtypes.DTYPES == {"float32": "float32", "fp32": "float32",
+    assert wmrl.weights.dtypes.DTYPES == {"float32": "float32", "fp32": "float32",
                                   "bfloat16": "bfloat16", "bf16": "bfloat16",
                                   "float16": "float16", "fp16": "float16"}
     assert strategies.dtypes.dtype_name("bf16") == strategies.dtypes.dtype_name(

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from wmrl.tracing import Tracer
+from wmrl.measure.tracing import Tracer
 
 
 @pytest.fixture

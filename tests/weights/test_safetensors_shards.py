@@ -1,4 +1,4 @@
-"""``wmrl.safetensors_shards.write_sharded``: shard names, index text and sizes by hand, for
+"""``wmrl.weights.safetensors_shards.write_sharded``: shard names, index text and sizes by hand, for
 transformers' layout (the policy) and diffusers' (the RLinf importer)."""
 
 import os
@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from wmrl.safetensors_shards import INDEX_NAME, write_sharded
+from wmrl.weights.safetensors_shards import INDEX_NAME, write_sharded
 
 
 def tensors() -> list[tuple[str, torch.Tensor]]:

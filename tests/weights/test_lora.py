@@ -1,4 +1,4 @@
-"""LoRA on the policy (wmrl/lora.py): an adapter peft itself made and saved gives the log-probs
+"""LoRA on the policy (wmrl/weights/lora.py): an adapter peft itself made and saved gives the log-probs
 of peft's own ``PeftModel`` (what ``scripts/export.py --adapter`` writes loads in peft:
 tests/pipeline/test_export.py); the adapters switched off are the base; a GRPO loss's adapter gradients are the full-parameter gradient projected onto the
 adapters (dL/dB = s G A^T, dL/dA = s B^T G); the merged weights are peft's ``merge_and_unload``;
@@ -12,7 +12,8 @@ from peft import PeftModel, get_peft_model
 
 from wmrl.algorithms import grpo
 from wmrl.errors import ConfigError
-from wmrl.lora import (
+from wmrl.policies.openvla_oft import LORA_TARGETS, build_policy
+from wmrl.weights.lora import (
     ADAPTER,
     adapters_disabled,
     config_from_json,
@@ -23,7 +24,6 @@ from wmrl.lora import (
     peft_names,
     write_adapter,
 )
-from wmrl.policies.openvla_oft import LORA_TARGETS, build_policy
 
 
 def obs(b=2, seed=0):

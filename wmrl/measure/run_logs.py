@@ -7,7 +7,7 @@ Only csv is read: wandb 0.31 ships no reader for its offline ``.wandb`` files (t
 ``wandb.sdk.internal.datastore`` is gone; wandb-core, in Go, reads them), so a wandb-only run
 dir is named as such, with how to export it (``docs/running.md``, "What a run records, and comparing two runs").
 
-Statistics (``wmrl.stats``, scipy): Pearson's r over the common steps, the mean and final
+Statistics (``wmrl.measure.stats``, scipy): Pearson's r over the common steps, the mean and final
 difference (B - A), and Welch's two-sample t-test over the last ``window`` common steps.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wmrl.stats import pearson, welch
+from wmrl.measure.stats import pearson, welch
 
 STEP_COLUMNS = ("step", "trainer/global_step")  # CSVLogger's; WandbLogger's, in an export
 EXPORT_HINT = ("only csv logs are read (wandb 0.31 has no reader for offline .wandb files): "

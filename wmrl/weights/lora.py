@@ -6,7 +6,7 @@ A LoRA layer keeps its base weight ``W`` frozen and learns two small matrices be
 
 so the layer computes with ``W' = W + s * B A`` and only ``A``, ``B`` train. ``B`` starts at
 zero, so a fresh adapter leaves the model as it was. Gradients, by the chain rule through
-``W'``:  dL/dB = s * G A^T,  dL/dA = s * B^T G,  with G = dL/dW' (``tests/test_lora.py``
+``W'``:  dL/dB = s * G A^T,  dL/dA = s * B^T G,  with G = dL/dW' (``tests/weights/test_lora.py``
 checks both against the full-parameter gradient of a GRPO step).
 
 Adapters go in with peft's ``inject_adapter_in_model`` (the machinery under ``PeftModel`` and
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from wmrl.atomic import atomic_dir
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import atomic_dir
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

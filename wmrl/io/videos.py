@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmrl.atomic import atomic_path
+from wmrl.io.atomic import atomic_path
 
 
 def side_by_side_video(imagined: np.ndarray, real: np.ndarray, gap: int = 2) -> np.ndarray:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from wmrl.atomic import atomic_path
+from wmrl.io.atomic import atomic_path
 
 _ENABLED = os.environ.get("WMRL_TRACING", "0").lower() in ("1", "true", "yes")
 _now = time.perf_counter_ns

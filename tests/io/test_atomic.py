@@ -1,4 +1,4 @@
-"""``wmrl.atomic``: a failed write leaves the old file and no temp file behind; no output
+"""``wmrl.io.atomic``: a failed write leaves the old file and no temp file behind; no output
 folder replaces one holding what its writer did not write."""
 
 import json
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from wmrl.atomic import OUTPUT_MARKER, atomic_dir, atomic_path, check_output_dir, write_text
 from wmrl.errors import ConfigError
+from wmrl.io.atomic import OUTPUT_MARKER, atomic_dir, atomic_path, check_output_dir, write_text
 
 
 def test_atomic_write_replaces_or_leaves_the_old_file(tmp_path):
