@@ -14,7 +14,8 @@ overrides) and runs each part of a fit once, alone, in a child process:
 ``release``   (no world model at ``env.world_model.path`` and no ``+check.release``) a release
               in RLinf's layout with random weights at the config's shapes
               (``wmrl.pipeline.rlinf.synthetic``);
-``import``    that release (or yours) through ``scripts/import_rlinf.py``, run as you would run it;
+``import``    that release (or yours) through the import ``scripts/import_rlinf.py`` runs
+              (``wmrl.pipeline.rlinf.release``);
 ``policy_checkpoint`` (no checkpoint at ``policy.pretrained_path``) random weights at the
               published 7B's shapes, bf16, in the published layout;
 ``world_model`` an env actor (``RolloutActor``: the world model + the reward) resets

@@ -8,8 +8,10 @@ writes ``<out>/transformer/`` (diffusers ``WanTransformer3DModel``, sharded safe
 ``<out>/action/`` (the fork's action modules; ``num_text_tokens: 0``: the fork's action-only
 cross-attention context), with ``--vae`` ``<out>/vae/`` (diffusers ``AutoencoderKLWan`` from
 the original Wan2.2 ``.pth``, loaded weights-only) and with ``--dataset`` ``<out>/initial_states/``
-(the reset data, KIR context for every state, in the order RLinf's reader takes the files). The logic is ``wmrl.pipeline.rlinf`` (one module per artifact); the release's format is
-described in docs/reference/rlinf_wovr_release.md. Prints one JSON line (configs, counts).
+(the reset data, KIR context for every state, in the order RLinf's reader takes the files).
+The logic is ``wmrl.pipeline.rlinf`` (``release.import_release``, one module per artifact); the
+release's format is described in docs/reference/rlinf_wovr_release.md. Prints one JSON line
+(configs, counts).
 
 Every input is checked before anything is converted, and ``--out`` is written whole or not at
 all; an ``--out`` holding anything but an earlier import is refused before any work
@@ -22,37 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import sys
 
 from wmrl.errors import one_line
-from wmrl.io.atomic import atomic_dir, check_output_dir
-from wmrl.pipeline.rlinf.common import ImportRefused
-from wmrl.pipeline.rlinf.dit import read_dit, write_dit
-from wmrl.pipeline.rlinf.reset_data import read_reset_data, write_reset_data
-from wmrl.pipeline.rlinf.vae import read_vae, write_vae
-
-
-def run(a: argparse.Namespace) -> dict:
-    """Check every input first (the DiT's headers, the VAE's key table through the
-    weights-only unpickler, every dataset file through the restricted one), then write the
-    whole output into a temporary directory that becomes ``--out`` only when every part is
-    written: a refusal or a crash leaves ``--out`` as it was. An ``--out`` holding anything
-    but an earlier import is refused first, unless ``--force``."""
-    out = check_output_dir(a.out, "import_rlinf", a.force)
-    dit = read_dit(a.dit, num_heads=a.num_heads, text_dim=a.text_dim)
-    vae = read_vae(a.vae) if a.vae else None
-    reset = read_reset_data(a.dataset, enable_kir=not a.no_kir) if a.dataset else None
-    shard = int(a.shard_gb * (1 << 30))
-    with atomic_dir(out, "import_rlinf") as tmp:
-        info = write_dit(dit, tmp, shard_bytes=shard)
-        if vae is not None:
-            info.update(write_vae(vae, tmp, shard_bytes=shard))
-        if reset is not None:
-            info.update(write_reset_data(reset, tmp))
-    if reset is not None:  # the path it has now
-        info["initial_states"] = str(out / "initial_states")
-    return info
+from wmrl.pipeline.rlinf.release import REFUSALS, import_release
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-gb", type=float, default=2.0, help="output shard size in GiB")
     a = p.parse_args(argv)
     try:
-        info = run(a)
-    except (ImportRefused, OSError, ValueError, RuntimeError, pickle.UnpicklingError) as err:
+        info = import_release(a.dit, a.out, vae=a.vae, dataset=a.dataset, kir=not a.no_kir,
+                              num_heads=a.num_heads, text_dim=a.text_dim,
+                              shard_gb=a.shard_gb, force=a.force)
+    except REFUSALS as err:
         if os.environ.get("WMRL_FULL_ERROR") == "1":
             raise
         print(f"import_rlinf: {one_line(err)}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""scripts/import_rlinf.py / wmrl.pipeline.rlinf_import: a tiny DiT in the release's layout
+"""scripts/import_rlinf.py / wmrl.pipeline.rlinf: a tiny DiT in the release's layout
 (original-Wan / DiffSynth key names, the fork's action modules, no text embedding; the key list
 of docs/reference/rlinf_wovr_release.md) becomes a directory ActionWanModel loads, every tensor
 where the rename table puts it; other files are refused naming what is wrong."""
@@ -17,8 +17,10 @@ from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
 from wmrl.asset_checks import check_initial_states, check_world_model
+from wmrl.errors import one_line
 from wmrl.pipeline.rlinf.common import ImportRefused
 from wmrl.pipeline.rlinf.dit import dit_name, import_dit, plan_dit, release_dit_shapes
+from wmrl.pipeline.rlinf.release import REFUSALS, import_release
 from wmrl.pipeline.rlinf.reset_data import import_reset_data
 from wmrl.pipeline.rlinf.vae import import_vae
 from wmrl.world_model.action_wan import ActionWanModel
@@ -345,20 +347,16 @@ class _Hostile:
         return os.system, (f"touch {self.marker}",)
 
 
-def _import_main(capsys, *args) -> tuple[int, list[str]]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from import_rlinf import main
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    rc = main([str(a) for a in args])
-    return rc, capsys.readouterr().err.strip().splitlines()
+def _refusal(out, **kw) -> str:
+    """What the script prints for ``import_release``'s refusal (one line, exit 2)."""
+    with pytest.raises(REFUSALS) as err:
+        import_release(**{"num_heads": HEADS, "text_dim": 8, **kw}, out=out)
+    return one_line(err.value)
 
 
-def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tmp_path, capsys):
-    dit = tmp_path / "model-00001.safetensors"
-    save_file(release_dit(), str(dit))
-    base = ["--dit", dit, "--num-heads", HEADS, "--text-dim", 8]
+def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tmp_path):
+    dit = [tmp_path / "model-00001.safetensors"]
+    save_file(release_dit(), str(dit[0]))
     hostile = tmp_path / "Wan2.2_VAE.pth"
     torch.save({"encoder.conv1.weight": _Hostile(tmp_path / "pwned")}, hostile)
     npy_dir = tmp_path / "dataset"
@@ -366,13 +364,12 @@ def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tm
     np.save(npy_dir / "traj0.npy", np.arange(5))  # not a trajectory of per-frame dicts
     (tmp_path / "a_file").write_text("x")
     out = tmp_path / "wm"
-    cases = [([*base, "--vae", hostile, "--out", out], "not a weights-only torch checkpoint"),
-             ([*base, "--dataset", npy_dir, "--out", out], "per-frame dicts"),
-             ([*base, "--out", tmp_path / "a_file"], "is a file")]
-    for args, want in cases:
-        rc, err = _import_main(capsys, *args)
-        assert rc == 2 and len(err) == 1 and want in err[0], err
-        assert len(err[0]) <= len("import_rlinf: ") + 300
+    cases = [(dict(vae=hostile, out=out), "not a weights-only torch checkpoint"),
+             (dict(dataset=npy_dir, out=out), "per-frame dicts"),
+             (dict(out=tmp_path / "a_file"), "is a file")]
+    for kw, want in cases:
+        err = _refusal(dit=dit, **kw)
+        assert want in err and len(err) <= 300, err
     assert not (tmp_path / "pwned").exists()  # the hostile pickle never ran
     assert not out.exists()  # nothing converted: the DiT was fine but a later input was not
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -381,19 +378,17 @@ def test_bad_inputs_are_refused_before_any_conversion_and_leave_out_as_it_was(tm
     # replaced whole; --force replaces the user's folder
     out.mkdir()
     (out / "notes.txt").write_text("kept")
-    rc, err = _import_main(capsys, *base, "--out", out)
-    assert rc == 2 and err == [f"import_rlinf: --out={out} holds files wmrl's import_rlinf did "
-                               "not write (notes.txt): pick a new or empty folder, or pass "
-                               "--force to replace it (everything in it is deleted)"]
+    assert _refusal(out, dit=dit) == (f"--out={out} holds files wmrl's import_rlinf did not "
+                                      "write (notes.txt): pick a new or empty folder, or pass "
+                                      "--force to replace it (everything in it is deleted)")
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
-    rc, err = _import_main(capsys, *base, "--vae", hostile, "--out", out, "--force")
-    assert rc == 2 and (out / "notes.txt").read_text() == "kept"  # refused input: as it was
-    rc, _ = _import_main(capsys, *base, "--out", out, "--force")
-    assert rc == 0 and not (out / "notes.txt").exists()
-    assert (out / "transformer" / "config.json").is_file()
+    _refusal(out, dit=dit, vae=hostile, force=True)
+    assert (out / "notes.txt").read_text() == "kept"  # refused input: as it was
+    import_release(dit, out, num_heads=HEADS, text_dim=8, force=True)
+    assert not (out / "notes.txt").exists() and (out / "transformer" / "config.json").is_file()
     (out / "transformer" / "config.json").unlink()
-    rc, _ = _import_main(capsys, *base, "--out", out)  # its own earlier output: replaced
-    assert rc == 0 and (out / "transformer" / "config.json").is_file()
+    import_release(dit, out, num_heads=HEADS, text_dim=8)  # its own earlier output: replaced
+    assert (out / "transformer" / "config.json").is_file()
 
 
 def test_release_vae_shapes_are_wan22s_own_layout():

@@ -2,18 +2,18 @@
 ``python -m wmrl.full_size_check.parts <part> <spec.json>`` prints the part's result as its
 last stdout line (JSON). The spec names the part's config (a resolved yaml) and its paths.
 
-``release`` writes RLinf's release layout with random weights; ``import`` runs
-``scripts/import_rlinf.py`` on it as a user would; ``policy_checkpoint`` writes random weights
-at the published 7B's shapes; ``world_model`` resets an env actor's envs and steps one chunk;
-``rollout`` samples one chunk from a policy actor; ``grpo_lora`` / ``grpo_full`` run one GRPO
-update through ``GRPOModule`` and the one trainer set-up (``wmrl.launch.trainer``).
+``release`` writes RLinf's release layout with random weights; ``import`` imports it through
+``wmrl.pipeline.rlinf.release`` (what ``scripts/import_rlinf.py`` calls); ``policy_checkpoint``
+writes random weights at the published 7B's shapes; ``world_model`` resets an env actor's envs
+and steps one chunk; ``rollout`` samples one chunk from a policy actor; ``grpo_lora`` /
+``grpo_full`` run one GRPO update through ``GRPOModule`` and the one trainer set-up
+(``wmrl.launch.trainer``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import runpy
 import sys
 import time
 from pathlib import Path
@@ -29,6 +29,7 @@ from wmrl.full_size_check.cpu_linear import bf16_linears_in_float32
 from wmrl.interfaces import TrajectoryBatch
 from wmrl.launch.trainer import build_trainer
 from wmrl.measure.peak_memory import PeakMemory
+from wmrl.pipeline.rlinf.release import import_release
 from wmrl.pipeline.rlinf.synthetic import write_release
 from wmrl.plan.meta import build_policy
 from wmrl.policies.openvla_oft import write_random_policy
@@ -36,7 +37,6 @@ from wmrl.rollout.given import GivenRollouts
 from wmrl.rollout.workers import RolloutActor
 
 GB = 1e9
-IMPORT_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_rlinf.py"
 
 
 def float32_gemms_on_cpu(spec: dict, *modules) -> dict:
@@ -57,23 +57,15 @@ def release(spec: dict, cfg) -> dict:
     return {**info, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def import_release(spec: dict, cfg) -> dict:
-    """``scripts/import_rlinf.py`` with the release's files, run in this process as
-    ``python scripts/import_rlinf.py ...`` runs it (its peak is this process's)."""
+def import_rlinf(spec: dict, cfg) -> dict:
+    """The release's files through ``import_release``, what ``scripts/import_rlinf.py``
+    calls, in this process (its peak is this process's)."""
     peak = PeakMemory("cpu")
     tr = cfg.env.world_model.transformer
-    argv = [str(IMPORT_SCRIPT), "--dit", *spec["dit"], "--vae", spec["vae"], "--dataset",
-            spec["dataset"], "--out", spec["out"], "--num-heads",
-            str(int(tr.num_attention_heads)), "--text-dim", str(int(tr.text_dim))]
-    if not cfg.env.get("kir_reset", False):
-        argv.append("--no-kir")
-    sys.argv = argv
     t0 = time.perf_counter()
-    try:
-        runpy.run_path(str(IMPORT_SCRIPT), run_name="__main__")
-    except SystemExit as done:
-        if done.code:
-            raise RuntimeError(f"scripts/import_rlinf.py exited {done.code}") from None
+    import_release(spec["dit"], spec["out"], vae=spec["vae"], dataset=spec["dataset"],
+                   kir=bool(cfg.env.get("kir_reset", False)),
+                   num_heads=int(tr.num_attention_heads), text_dim=int(tr.text_dim))
     return {"seconds": round(time.perf_counter() - t0, 1), "peak_gb": round(peak.peak() / GB, 3)}
 
 
@@ -178,7 +170,7 @@ def grpo(spec: dict, cfg) -> dict:
                       "optimizer_steps": m["train/optimizer_steps"], **gemms}}
 
 
-PARTS = {"release": release, "import": import_release, "policy_checkpoint": policy_checkpoint,
+PARTS = {"release": release, "import": import_rlinf, "policy_checkpoint": policy_checkpoint,
          "world_model": world_model, "rollout": rollout, "grpo_lora": grpo, "grpo_full": grpo}
 
 
