@@ -168,12 +168,10 @@ def test_hybrid_needs_stages():
         validate(fit_cfg("rollout.placement=hybrid", "rollout.pipeline_stages=3"))
 
 
-@pytest.mark.parametrize("group, schema", [
-    ("algorithm/grpo", "AlgorithmSchema"),  # GRPOModule takes one AlgorithmConfig
-    ("task/red_of_two", "TaskSchema")])
+@pytest.mark.parametrize("group, schema", [("task/red_of_two", "TaskSchema")])
 def test_group_files_hold_the_schemas_defaults(group, schema):
-    """A group file states every key of its schema with the schema's default (the published
-    WoVR recipe; for task the shipped assets' task); the tuned values live in experiments."""
+    """A group file states every key of its schema with the schema's default (for task the
+    shipped assets' task); the tuned values live in experiments."""
     from wmrl import schema as S
 
     want = S.defaults(getattr(S, schema))
@@ -215,6 +213,36 @@ def test_rollout_defaults_have_one_source():
     sender = inspect.signature(get_object("wmrl.rollout.weight_sync.sender.WeightSender"))
     sync = {k: v for k, v in want["weight_sync"].items() if k != "zero_copy"}
     assert {k: sender.parameters[k].default for k in sync} == sync
+
+
+def test_algorithm_defaults_have_one_source():
+    """``AlgorithmConfig`` holds the algorithm's defaults (the published WoVR recipe):
+    conf/algorithm/grpo.yaml states none (it composes the schema's, schema/algorithm_defaults,
+    and names each key in a comment) and its ``_target_`` is the module wmrl/fit.py builds.
+    Both settings classes take a mapping through one helper (``wmrl.errors.settings_of``)."""
+    from dataclasses import asdict
+
+    from wmrl.algorithms.config import AlgorithmConfig
+    from wmrl.rollout.config import RolloutConfig
+    from wmrl.schema import AlgorithmSchema
+
+    path = Path(CONF_DIR) / "algorithm" / "grpo.yaml"
+    assert OmegaConf.to_container(OmegaConf.load(path)) == {
+        "defaults": ["/schema/algorithm_defaults@_here_", "_self_"]}
+    want = defaults(AlgorithmSchema)
+    assert want.pop("_target_") == "wmrl.module.GRPOModule"
+    assert want == asdict(AlgorithmConfig()) and want["lr"] == 2e-5 and want["kl_coef"] == 0.0
+    composed = OmegaConf.to_container(fit_cfg("~experiment").algorithm)
+    assert composed == {"_target_": "wmrl.module.GRPOModule", **want}
+    assert set(want) <= set(re.findall(r"^#\s+(\w+)", path.read_text(), re.M))
+    assert fit_cfg("~experiment", "algorithm.lr=1e-4").algorithm.lr == 1e-4  # no + needed
+    assert AlgorithmConfig.of({"_target_": "x", "lr": 1e-4}) == AlgorithmConfig(lr=1e-4)
+    with pytest.raises(ConfigError, match=r"^algorithm.lr_rate: not a setting of the algorithm "
+                       r"\(wmrl.algorithms.config.AlgorithmConfig: \['adv_estimator', "):
+        AlgorithmConfig.of({"lr_rate": 1.0})
+    with pytest.raises(ConfigError, match=r"^rollout.weight_sync.deltas: not a setting of the "
+                       r"rollout \(wmrl.rollout.config.WeightSyncConfig: \['bucket_mb', "):
+        RolloutConfig.of({"weight_sync": {"deltas": True}})
 
 
 @pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}))

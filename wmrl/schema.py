@@ -549,9 +549,10 @@ def defaults(schema: type) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
 
 
-# conf/rollout/default.yaml composes this node (its defaults list): every rollout key with
-# the schema's default as a plain value (a string, not an enum), so the file repeats none of
-# them and ``rollout.<key>=...`` overrides each without a ``+``
-_rollout_defaults = defaults(RolloutSchema)
-_store.store(group="schema", name="rollout_defaults",
-             node={"_target_": _rollout_defaults.pop("_target_"), **_rollout_defaults})
+# conf/rollout/default.yaml and conf/algorithm/grpo.yaml compose these nodes (their defaults
+# lists): every key of the group with the schema's default as a plain value (a string, not an
+# enum), so the files repeat none of them and ``<group>.<key>=...`` overrides each without a ``+``
+for _group, _schema in (("rollout", RolloutSchema), ("algorithm", AlgorithmSchema)):
+    _values = defaults(_schema)
+    _store.store(group="schema", name=f"{_group}_defaults",
+                 node={"_target_": _values.pop("_target_"), **_values})

@@ -1,22 +1,24 @@
 """``AlgorithmConfig``: every setting of the update, one typed object (``conf/algorithm``).
 
 Its defaults are the published WoVR recipe and the one source of them: ``conf/algorithm/
-grpo.yaml`` states the same values (a test checks), ``wmrl.schema`` checks a composed config
-against this class before anything starts, and ``GRPOModule`` takes one. The choice lists are
-the code's own (``AGGREGATIONS``, ``ADVANTAGE_SCALES``, ``ESTIMATORS``, ``LR_SCHEDULES``).
-Adding a setting: a field here, its line in grpo.yaml, and its use.
+grpo.yaml`` composes them (``wmrl.schema.AlgorithmSchema``, this class and the module's
+``_target_``, registered as ``schema/algorithm_defaults``; the file names the keys),
+``wmrl.schema`` checks a composed config against this class before anything starts, and
+``GRPOModule`` takes one. The choice lists are the code's own (``AGGREGATIONS``,
+``ADVANTAGE_SCALES``, ``ESTIMATORS``, ``LR_SCHEDULES``). Adding a setting: a field here and its
+use (and its comment line in grpo.yaml).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from wmrl.algorithms.advantages import ESTIMATORS
 from wmrl.algorithms.grpo import ADVANTAGE_SCALES, AGGREGATIONS
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
-from wmrl.errors import ConfigError, require, require_choice, require_positive
+from wmrl.errors import ConfigError, require, require_choice, require_positive, settings_of
 from wmrl.weights.dtypes import DTYPES, dtype_name
 
 
@@ -83,16 +85,8 @@ class AlgorithmConfig:
     def of(cls, settings: AlgorithmConfig | Mapping[str, Any] | None) -> AlgorithmConfig:
         """An ``AlgorithmConfig`` from itself, a mapping of its fields (a config group, a
         checkpoint's hyper-parameters; ``_target_`` is the module's, ignored) or None (the
-        defaults); an unknown key is a ``ConfigError``."""
-        if settings is None or isinstance(settings, cls):
-            return settings or cls()
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in dict(settings).items() if k != "_target_"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"algorithm.{unknown[0]}: not a setting of the algorithm "
-                              f"(wmrl.algorithms.config.AlgorithmConfig: {sorted(known)})")
-        return cls(**values)
+        defaults); an unknown key is a ``ConfigError`` (``wmrl.errors.settings_of``)."""
+        return settings_of(cls, settings, "algorithm")
 
 
 def check_optimizer_dtype(policy: Any, optimizer_dtype: str) -> None:

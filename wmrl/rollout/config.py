@@ -5,18 +5,19 @@ through ``RolloutConfig.of``, ``wmrl.schema.RolloutSchema`` is this class with t
 enums (one-line errors at the config check) and its defaults are what ``conf/rollout/
 default.yaml`` composes to (the file names the keys; Hydra reads the values from the schema).
 The choice lists are the code's own (``engine.PLACEMENTS``, ``placement.DEVICES``,
-``weight_sync.types.TRANSPORTS``; the dtypes: ``wmrl.dtypes``), checked where they are used.
+``weight_sync.types.TRANSPORTS``; the dtypes: ``wmrl.weights.dtypes``), checked where they are
+used. A mapping becomes one through ``wmrl.errors.settings_of``, as ``AlgorithmConfig`` does.
 Adding a setting: a field here and its use (and its comment line in default.yaml).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from wmrl.build import to_container
-from wmrl.errors import ConfigError, require, require_positive
+from wmrl.errors import require, require_positive, settings_of
 
 
 @dataclass
@@ -78,18 +79,9 @@ class RolloutConfig:
     def of(cls, settings: RolloutConfig | Mapping[str, Any] | None = None) -> RolloutConfig:
         """A ``RolloutConfig`` from a mapping of its fields (a config group, keyword
         arguments; ``weight_sync`` a mapping of its own, partial or whole): what it leaves out
-        takes the default, an unknown key is a ``ConfigError``."""
+        takes the default, an unknown key is a ``ConfigError`` (``wmrl.errors.settings_of``;
+        a config group's values made plain first)."""
         if isinstance(settings, cls):
             return settings
-        values = {k: to_container(v) for k, v in dict(settings or {}).items()
-                  if k != "_target_"}
-        sync = values.pop("weight_sync", None) or {}
-        sync = asdict(sync) if isinstance(sync, WeightSyncConfig) else sync
-        for group, known, given in (("rollout", cls, values),
-                                    ("rollout.weight_sync", WeightSyncConfig, sync)):
-            names = sorted(f.name for f in fields(known))
-            unknown = sorted(set(given) - set(names))
-            if unknown:
-                raise ConfigError(f"{group}.{unknown[0]}: not a setting of the rollout "
-                                  f"(wmrl.rollout.config.{known.__name__}: {names})")
-        return cls(**values, weight_sync=WeightSyncConfig(**sync))
+        plain = {k: to_container(v) for k, v in dict(settings or {}).items()}
+        return settings_of(cls, plain, "rollout")
