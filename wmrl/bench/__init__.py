@@ -1,6 +1,23 @@
 """Benchmarks, one module per capability. Each module has ``run() -> list[dict]``; every dict
 is one figure, e.g. {"name": "policy.sample_chunks_per_s", "value": 123.4, "unit": "chunks/s",
-...extra context}. ``scripts/bench.py`` prints one JSON line per figure (``run_benches``)."""
+...extra context}. ``scripts/bench.py`` prints one JSON line per figure (``run_benches``; a
+bench's name is its module's). The modules:
+
+``policy.py``        sampled action chunks/s, the log-prob pass, fused vs eager ops.
+``world_model.py``   the world-model env's chunk_step frames/s and where its time goes.
+``reward.py``        frames scored per second by the reward models.
+``sim.py``           the simulators' render and step cost, the expert's success vs noise.
+``eval.py``          simulator evaluation episodes/s, policy and simulator time apart.
+``placement.py``     GRPO step wall time per placement mode (the real trainer, Ray actors).
+``weight_sync.py``   weight-sync bandwidth to Ray actors, against memcpy.
+``strategies.py``    hybrid vs full shard step time, offload + onload seconds per GB.
+``lora.py``          what a weight sync, a checkpoint and a GRPO update cost with LoRA vs without.
+``finetune.py``      a world-model fine-tune step on CPU, full beside LoRA.
+``lerobot.py``       LeRobot datasets decoded and written, frames/s.
+``rlinf_import.py``  the RLinf importer's peak memory at the 5B's width, per shard size.
+``tracing.py``       tracing's cost per span and per step.
+``cpu_bf16.py``      CPU kernels in float32, bf16, and bf16 through float32 GEMMs (why the
+                     full-size check runs that way)."""
 
 import contextlib
 import importlib

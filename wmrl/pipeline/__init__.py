@@ -7,5 +7,7 @@ imported here; one module per artifact:
 ``sft.py``            behaviour cloning of the base policy.
 ``export.py``         a fit's result out of wmrl (the policy, PACE's world model).
 
-It imports the runtime; nothing in ``wmrl`` imports it.
+It imports the runtime; the runtime never imports it. Only what measures it sits above it
+(``wmrl/full_size_check/`` runs the RLinf import at full size, ``wmrl/bench/rlinf_import.py``
+its peak memory; tests/test_layout.py holds the floors).
 """

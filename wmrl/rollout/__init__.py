@@ -10,4 +10,6 @@ no Lightning); the parts:
 ``actor_sync.py``   policy and world-model weights to the actors, over ``weight_sync/`` (one
                     module per transport).
 ``sync_group.py``   the collective group between trainer and actors.
+``given.py``        ``GivenRollouts``: batches made beforehand, without Ray (the tests', the
+                    full-size check's one GRPO update).
 """

@@ -2,8 +2,10 @@
 ~10 s to import, which a process that only reads or writes a world-model directory does not
 need); the parts:
 
-``action_wan.py``  ``ActionWanModel``: the diffusers Wan DiT + VAE + action modules, the
-                   flow-matching training loss and the chunk generation.
+``action_wan.py``  ``ActionWanModel``: the diffusers Wan DiT + VAE + action modules and the
+                   chunk generation.
+``objective.py``   the training objective (``FlowMatchObjective``): flow matching on the
+                   generated latents, the condition frames held at timestep 0 (the equations).
 ``sampler.py``     the sampler: the rectified-flow schedule and its Euler steps (the equations).
 ``vae_objective.py`` the VAE's training loss (the world-model trainer's ``part=vae``).
 ``files.py``       a world-model directory's layout on disk, and the test for one
