@@ -17,6 +17,19 @@
 - ``LiveBytes``: a dispatch mode counting the bytes of live tensor storages and their peak
   (works on the meta device: what a forward would hold, with nothing allocated).
 
+The files:
+
+``hybrid_shard.py``   ``HybridShardStrategy``; its FSDP2 building blocks (the mesh, wrapping,
+                      the mixed-precision policy, a global grad norm): ``sharding.py``.
+``checkpoint.py``     its checkpoints read into full CPU tensors in one process.
+``offload.py``        a role's weights, grads and optimizer state moved off the device and back.
+``accelerators.py``   the NPU and MUSA accelerators; ``devices.py``: device-family facts
+                      (vendor module, collective backend, visible-device variables).
+``precision.py``      ``DeviceMixedPrecision``; ``dtypes.py``: the one table of dtype names.
+``fused.py``          the fused-ops swap, through kernel hooks; ``fused_probe.py``: the probe
+                      path without hooks; ``fused_kernels.py``: the kernels both run.
+``live_bytes.py``     ``LiveBytes``, live storage bytes under a dispatch mode.
+
 Install on its own with ``pip install ./strategies`` (distribution ``wmrl-strategies``); the
 runnable example is in ``strategies/README.md``.
 
