@@ -40,6 +40,8 @@ def run(*args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
     work = tmp_path / "check"
+    work.mkdir()
+    (work / "notes.txt").write_text("the user's")
     out = run(*TINY, f"+check.workdir={work}")  # every part, the GRPO ones too on a CPU
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
@@ -68,7 +70,8 @@ def test_every_part_runs_beside_the_plan_and_leaves_nothing(tmp_path):
     # rank-32 adapters on a 64-wide model: fewer than its weights, but not by much
     assert every["trained_params"] == full and 0 < lora["trained_params"] < full
     assert lora["optimizer_steps"] == every["optimizer_steps"] == 1.0
-    assert sorted(p.name for p in work.iterdir()) == []  # release, import, policy: removed
+    # release, import, policy, specs: removed; the user's file left
+    assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
 
 
 def test_bad_options_are_refused_before_anything_runs(tmp_path, capsys):

@@ -52,8 +52,10 @@ def part_overrides(part: str, opts: CheckOptions, lora: bool) -> list[str]:
     """What a part changes in the user's config: one device, its envs or its batch."""
     one = ["trainer.devices=1", "rollout.num_env_workers=1", "rollout.num_rollout_workers=1",
            "rollout.pipeline_stages=1"]
-    if part in ("world_model", "rollout"):
-        return [*one, f"rollout.num_envs={opts.envs}", f"rollout.group_size={opts.envs}"]
+    if part in ("world_model", "rollout"):  # the envs one group (the env part sets it: a
+        # rollout group is >= 2, RolloutConfig refuses 1)
+        return [*one, f"rollout.num_envs={opts.envs}",
+                f"rollout.group_size={max(2, opts.envs)}"]
     b = opts.micro_batch
     update = [*one, f"rollout.num_envs={2 * b}", "rollout.group_size=2",
               f"algorithm.micro_batch={b}", f"algorithm.global_batch={2 * b}",

@@ -88,6 +88,7 @@ def first_states(cfg, n: int) -> tuple:
 def world_model(spec: dict, cfg) -> dict:
     peak = PeakMemory(spec["device"])
     env = dict(build_datamodule(cfg).pool.env_cfg)
+    env["group_size"] = env["num_envs"]  # one group of them all (+check.envs may be 1)
     t0 = time.perf_counter()
     actor = RolloutActor(env=env, shared_device=spec["device"], name="env-check")
     gemms = float32_gemms_on_cpu(spec, *(m for e in actor.envs
