@@ -245,7 +245,9 @@ def test_algorithm_defaults_have_one_source():
         RolloutConfig.of({"weight_sync": {"deltas": True}})
 
 
-@pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}))
+# (Pace takes its settings as one PaceConfig: test_pace_defaults_have_one_source)
+@pytest.mark.parametrize("target", sorted({t for _, t in TARGET_SCHEMAS}
+                                          - {"wmrl.pace.round.Pace"}))
 def test_target_constructors_default_from_their_schema(target):
     """Each ``_target_`` with a schema takes its signature defaults from it (no second literal)."""
     schema = next(s for (_, t), s in TARGET_SCHEMAS.items() if t == target)
@@ -320,28 +322,49 @@ def test_out_of_range_pace_settings_are_refused_by_the_config_check():
     validate(fit_cfg("experiment=pace", "pace.every_n_steps=0", "pace.scenes=fixed"))
 
 
-def test_pace_file_holds_the_schemas_defaults():
-    """conf/pace/default.yaml states every key of PaceSchema; its literal values are the
-    schema's defaults (the interpolated ones come from other groups), and Pace's constructor
-    takes its defaults from the schema."""
-    import inspect
+def test_pace_defaults_have_one_source():
+    """``PaceConfig`` holds PACE's scalar defaults: conf/pace/default.yaml states none (it
+    composes the schema's, schema/pace_defaults, names each key in a comment, and sets only the
+    keys another group owns: interpolations and the simulator's kwargs), the schema is the
+    config class with enums for the choices and ``Pace`` takes its settings through it, so a
+    new default is one edit (the field)."""
+    from dataclasses import asdict
 
     from wmrl.pace.round import Pace
-    from wmrl.schema import PaceSchema, defaults
+    from wmrl.schema import PaceConfig, PaceSchema
 
+    path = Path(CONF_DIR) / "pace" / "default.yaml"
+    conf = OmegaConf.load(path)
+    assert list(conf.defaults) == ["/schema/pace_defaults@_here_", "_self_"]
+    own = {k for k in conf if k != "defaults"}
+    assert own == {"temperature", "num_states", "tasks", "success_threshold",
+                   "num_inference_steps", "reward", "world_model", "seed", "out_dir", "sim_env"}
+    assert all(OmegaConf.is_interpolation(conf, k) for k in own - {"tasks", "sim_env"})
     want = defaults(PaceSchema)
-    conf = OmegaConf.load(Path(CONF_DIR) / "pace" / "default.yaml")
-    assert set(want) <= set(conf)
-    interpolated = {k for k in want if OmegaConf.is_interpolation(conf, k)}
-    assert interpolated == {"num_states", "seed", "out_dir", "temperature", "success_threshold",
-                            "num_inference_steps"}  # the rollout's and the env's
-    assert {k: conf[k] for k in want if k not in interpolated} == \
-        {k: v for k, v in want.items() if k not in interpolated}
-    assert set(conf) - set(want) == {"_target_", "tasks", "reward", "world_model", "sim_env"}
-    params = inspect.signature(Pace).parameters
-    assert {k: params[k].default for k in want} == want
+    assert want.pop("_target_") == "wmrl.pace.round.Pace"
+    assert want == asdict(PaceConfig()) and want["episodes"] == 96 and want["steps"] == 300
+    comments = dict(re.findall(r"^#[ \t]+(\w+)[ \t]+(.*)$", path.read_text(), re.M))
+    assert set(want) - own <= set(comments)
+    for key, line in comments.items():  # a default a comment reasons about is the schema's
+        if line.startswith("default "):
+            assert OmegaConf.create(f"v: {line.split()[1].rstrip(':')}").v == want[key], key
     cfg = fit_cfg("experiment=pace")
+    composed = OmegaConf.to_container(cfg.pace, resolve=True)
+    assert {k: composed[k] for k in want if k not in own} == \
+        {k: v for k, v in want.items() if k not in own}
+    assert composed["_target_"] == "wmrl.pace.round.Pace"
     assert cfg.pace.out_dir == "/tmp/wmrl-test/pace" and cfg.pace.num_states == 256
+    assert fit_cfg("experiment=pace", "pace.episodes=64").pace.episodes == 64  # no + needed
     # the simulator samples as the rollout does: the tabletop run's 1.0, and it follows
     assert cfg.pace.temperature == cfg.rollout.temperature == 1.0
     assert fit_cfg("experiment=pace", "rollout.temperature=1.6").pace.temperature == 1.6
+    # Pace repeats no default: a setting left out is PaceConfig's, an unknown one refused
+    params = inspect.signature(Pace).parameters
+    assert list(params) == ["world_model", "tasks", "sim_env", "reward", "settings"]
+    assert PaceConfig.of({"_target_": "wmrl.pace.round.Pace", "episodes": 8}) == \
+        PaceConfig(episodes=8)
+    with pytest.raises(ConfigError, match=r"^pace.episode: not a setting of the pace "
+                       r"\(wmrl.schema.PaceConfig: \['batch_size', "):
+        PaceConfig.of({"episode": 8})
+    with pytest.raises(ConfigError, match=r"^pace.buffer_rounds=0 is not allowed: must be > 0"):
+        PaceConfig(buffer_rounds=0)

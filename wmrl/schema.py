@@ -16,12 +16,14 @@ key, the value and what is allowed.
 The components import nothing from here: their constructors keep plain defaults, which a test
 holds equal to these (``tests/test_config.py``), and the choice lists are the code's own. The
 algorithm and the rollout are typed objects of their own packages (``AlgorithmConfig``,
-``RolloutConfig``), which the schemas extend: those hold their defaults.
+``RolloutConfig``), which the schemas extend: those hold their defaults. PACE's is here
+(``PaceConfig``): its package is on a floor above this check, and ``Pace`` takes it from here.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Dict, List, Optional, Union
@@ -32,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wmrl.algorithms.config import AlgorithmConfig
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES
-from wmrl.errors import ConfigError, require, require_positive
+from wmrl.errors import ConfigError, require, require_positive, settings_of
 from wmrl.policies.openvla_oft import LORA_TARGETS, SUPPORTED_ATTN
 from wmrl.rewards.resnet import ARCHS as REWARD_ARCHS
 from wmrl.rewards.shaping import RESAMPLE_RETURNS
@@ -253,57 +255,84 @@ class TOPRewardSchema:
                  "must be in [0, 1] (a frame succeeds when P(\" True\") reaches it)")
 
 
-Scenes = _choices("Scenes", ("fixed", "random"))
-RewardFrames = _choices("RewardFrames", ("real", "imagined"))
+# PACE's choices (wmrl/pace/round.py: episode_specs, Pace.finetune_reward)
+SCENES = ("fixed", "random")
+REWARD_FRAMES = ("real", "imagined")
+Scenes = _choices("Scenes", SCENES)
+RewardFrames = _choices("RewardFrames", REWARD_FRAMES)
 
 
 @dataclass
-class PaceSchema:
-    """The scalar settings of ``pace`` (``wmrl.pace.round.Pace``, whose constructor takes
-    its defaults from here; conf/pace/default.yaml explains each). The world-model, reward,
-    task and simulator settings are interpolated from their groups."""
+class PaceConfig:
+    """Every scalar setting of PACE (``pace``), one typed object: the one source of their
+    defaults and ranges. ``wmrl.pace.round.Pace`` takes them through ``PaceConfig.of``
+    (``Pace.settings``); ``PaceSchema`` is this class with the choices as enums, and
+    conf/pace/default.yaml composes its values (``schema/pace_defaults``), names the keys and
+    interpolates those another group owns (explaining each). It sits here, not in wmrl/pace/,
+    because the config check is on a floor below PACE's (tests/test_layout.py). Adding a
+    setting: a field here and its use (and its comment line in default.yaml)."""
 
-    every_n_steps: int = 5
-    episodes: int = 96
-    steps: int = 300
-    lr: float = 1e-4
-    batch_size: int = 32
+    every_n_steps: int = 5  # a round after every N training steps (0: never)
+    episodes: int = 96  # real simulator episodes per round
+    steps: int = 300  # world-model fine-tune steps per round
+    lr: float = 1e-4  # the fine-tune's constant lr (AdamW, kept across rounds)
+    batch_size: int = 32  # clips per fine-tune step
     weight_decay: float = 0.0
-    temperature: float = 1.0
-    scenes: Scenes = Scenes["random"]
-    num_states: int = 256
-    post_success_steps: Optional[int] = 8
-    num_envs: int = 16
-    buffer_rounds: int = 4
-    context_noise_sigma: float = 0.1
+    temperature: float = 1.0  # the policy's sampling temperature in the simulator
+    scenes: str = "random"  # random: fresh seeded scenes | fixed: the task's initial states
+    num_states: int = 256  # the task's fixed initial states (scenes=fixed)
+    post_success_steps: Optional[int] = 8  # steps after the first success (null: it ends)
+    num_envs: int = 16  # simulator envs stepped together
+    buffer_rounds: int = 4  # fine-tune on the clips of the last N rounds
+    context_noise_sigma: float = 0.1  # the world-model objective's (as its training)
     foreground_weight: float = 0.0
     gripper_event_weight: float = 1.0
-    eval_clips: int = 64
-    reward_steps: int = 0
+    eval_clips: int = 64  # clips of the fixed-noise loss before / after a round
+    reward_steps: int = 0  # > 0: also fine-tune the reward classifier
     reward_lr: float = 1e-4
     reward_batch_size: int = 64
-    reward_frames: RewardFrames = RewardFrames["real"]
-    reward_holdout: float = 0.25
-    success_threshold: float = 0.9
-    num_inference_steps: int = 5
-    dtype: DType = DType["float32"]
-    device: Optional[str] = None
+    reward_frames: str = "real"  # real: the simulator's frames | imagined: the replays
+    reward_holdout: float = 0.25  # imagined: the episodes held out to score the reward
+    success_threshold: float = 0.9  # the reward's verdict threshold for those scores
+    num_inference_steps: int = 5  # the replays' denoising steps
+    dtype: str = "float32"  # the fine-tuned copy's (actors cast to their own)
+    device: Optional[str] = None  # None: the trainer's
     seed: int = 0
-    out_dir: Optional[str] = None
-    verbose: bool = True
+    out_dir: Optional[str] = None  # history.jsonl, summary.json (None: no files)
+    verbose: bool = True  # a line per round and the budget at the end (rank 0)
 
     def __post_init__(self) -> None:
-        require_positive("pace", self, "episodes", "lr", "batch_size", "temperature", "num_states",
-                  "num_envs", "buffer_rounds", "gripper_event_weight", "eval_clips",
-                  "reward_lr", "reward_batch_size")
-        require_positive("pace", self, "every_n_steps", "steps", "weight_decay", "post_success_steps",
-                  "context_noise_sigma", "foreground_weight", "reward_steps", allow_zero=True)
-        require_positive("pace", self, "num_inference_steps")
+        require_positive("pace", self, "episodes", "lr", "batch_size", "temperature",
+                         "num_states", "num_envs", "buffer_rounds", "gripper_event_weight",
+                         "eval_clips", "reward_lr", "reward_batch_size", "num_inference_steps")
+        require_positive("pace", self, "every_n_steps", "steps", "weight_decay",
+                         "post_success_steps", "context_noise_sigma", "foreground_weight",
+                         "reward_steps", allow_zero=True)
         require("pace.reward_holdout", self.reward_holdout, 0 <= self.reward_holdout < 1,
-                 "must be in [0, 1) (the share of a round's episodes held out to score the "
-                 "reward on imagined frames)")
+                "must be in [0, 1) (the share of a round's episodes held out to score the "
+                "reward on imagined frames)")
         require("pace.success_threshold", self.success_threshold,
-                 0 <= self.success_threshold <= 1, "must be in [0, 1] (env.success_threshold)")
+                0 <= self.success_threshold <= 1, "must be in [0, 1] (env.success_threshold)")
+
+    @classmethod
+    def of(cls, settings: PaceConfig | Mapping[str, Any] | None = None) -> PaceConfig:
+        """A ``PaceConfig`` from itself, a mapping of its fields (the ``pace`` group's scalar
+        keys, keyword arguments) or None (the defaults); an unknown key is a ``ConfigError``
+        (``wmrl.errors.settings_of``, as ``AlgorithmConfig`` and ``RolloutConfig``)."""
+        return settings_of(cls, settings, "pace")
+
+
+@dataclass
+class PaceSchema(PaceConfig):
+    """``pace``: ``wmrl.pace.round.Pace`` (``_target_``) and its scalar settings,
+    ``PaceConfig`` (defaults and ranges there); here its choices as enums, refused in one line
+    at the config check. The world-model, reward, task and simulator settings are
+    interpolated from their groups (conf/pace/default.yaml)."""
+
+    scenes: Scenes = _member(Scenes, PaceConfig.scenes)
+    reward_frames: RewardFrames = _member(RewardFrames, PaceConfig.reward_frames)
+    dtype: DType = _member(DType, PaceConfig.dtype)
+    _target_: str = "wmrl.pace.round.Pace"
 
 
 # -- the configs of the entry points other than the fit (scripts/finetune_world_model.py,
@@ -549,10 +578,12 @@ def defaults(schema: type) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(schema), enum_to_str=True)
 
 
-# conf/rollout/default.yaml and conf/algorithm/grpo.yaml compose these nodes (their defaults
-# lists): every key of the group with the schema's default as a plain value (a string, not an
-# enum), so the files repeat none of them and ``<group>.<key>=...`` overrides each without a ``+``
-for _group, _schema in (("rollout", RolloutSchema), ("algorithm", AlgorithmSchema)):
+# conf/rollout/default.yaml, conf/algorithm/grpo.yaml and conf/pace/default.yaml compose these
+# nodes (their defaults lists): every key of the group with the schema's default as a plain
+# value (a string, not an enum), so the files repeat none of them and ``<group>.<key>=...``
+# overrides each without a ``+``
+for _group, _schema in (("rollout", RolloutSchema), ("algorithm", AlgorithmSchema),
+                       ("pace", PaceSchema)):
     _values = defaults(_schema)
     _store.store(group="schema", name=f"{_group}_defaults",
                  node={"_target_": _values.pop("_target_"), **_values})

@@ -96,8 +96,9 @@ def test_rounds_every_n_steps_but_not_after_the_last(assets):
 
 
 def test_bad_settings_are_refused_before_the_fit(assets):
-    """The config check (wmrl.schema.PaceSchema) refuses them; the constructor checks what
-    needs more than one key."""
+    """The config check (wmrl.schema.PaceSchema) refuses them; the constructor takes its
+    settings through PaceConfig (ranges, choices, unknown keys) and checks what needs more
+    than one key."""
     for override, match in [("pace.buffer_rounds=0", r"pace.buffer_rounds=0 is not allowed"),
                             ("pace.scenes=foo", r"pace.scenes: Invalid value 'foo'"),
                             ("pace.reward_frames=sim", r"pace.reward_frames: Invalid value 'sim'"),
@@ -111,6 +112,11 @@ def test_bad_settings_are_refused_before_the_fit(assets):
         make_pace(assets, tasks=[])
     with pytest.raises(ValueError, match="needs the reward config"):
         make_pace(assets, reward=None)  # reward_steps=3
+    for kw, match in [({"scenes": "Fixed"}, r"pace.scenes='Fixed' is not allowed: one of"),
+                      ({"buffer_rounds": 0}, r"pace.buffer_rounds=0 is not allowed"),
+                      ({"episode": 4}, r"pace.episode: not a setting of the pace")]:
+        with pytest.raises(ConfigError, match=match):
+            make_pace(assets, **kw)
 
 
 def test_config_group_off_by_default_on_in_experiment():

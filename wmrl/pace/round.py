@@ -31,11 +31,13 @@ import numpy as np
 import torch
 
 from wmrl.build import build
+from wmrl.errors import require_choice
 from wmrl.finetune import reward_on_imagination as R
 from wmrl.finetune import world_model as T
 from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.pace.ledger import PaceLedger, round_metrics
+from wmrl.schema import REWARD_FRAMES, SCENES, PaceConfig
 from wmrl.sim.dataset import Episode
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.tabletop import TabletopVecEnv, task_by_name
@@ -85,71 +87,42 @@ def _reward_line(row: dict) -> str:
 
 
 class Pace:
-    """See the module docstring. Arguments (conf/pace/default.yaml explains each; the scalar
-    ones are checked by ``wmrl.schema.PaceSchema`` before the fit starts):
-    ``world_model``: the env's ``world_model`` config (``path`` or tiny sub-configs);
-    ``tasks`` / ``num_states`` / ``sim_env``: the simulator task(s), its fixed initial states and
-    ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0);
-    ``out_dir``: where ``history.jsonl`` and ``summary.json`` go (None: no files).
+    """See the module docstring. ``settings``: every scalar setting, keyword arguments (the
+    ``pace`` group's keys) taken as one ``wmrl.schema.PaceConfig`` (``self.settings``: the one
+    source of their defaults and ranges; conf/pace/default.yaml explains each). The rest are
+    other groups' specs, read as they are: ``world_model``: the env's ``world_model`` config
+    (``path`` or tiny sub-configs); ``tasks`` / ``sim_env``: the simulator task(s) and
+    ``TabletopEnv`` kwargs; ``reward``: the env's reward config (only for ``reward_steps`` > 0).
 
     ``ledger``: the simulator budget, the world-model version and one dict per round.
     ``state_dict()`` holds the ledger and, after a round, the fine-tuned weights and optimizer
     state, so a resumed run continues them (the clip buffer is not saved: a resume starts it
     empty)."""
 
-    def __init__(self, world_model: dict, tasks: Sequence[str],
-                 every_n_steps: int = 5,
-                 episodes: int = 96, steps: int = 300,
-                 lr: float = 0.0001, batch_size: int = 32,
-                 weight_decay: float = 0.0,
-                 temperature: float = 1.0,
-                 scenes: str = "random", num_states: int = 256,
-                 post_success_steps: int | None = 8,
-                 num_envs: int = 16, sim_env: dict | None = None,
-                 buffer_rounds: int = 4,
-                 context_noise_sigma: float = 0.1,
-                 foreground_weight: float = 0.0,
-                 gripper_event_weight: float = 1.0,
-                 eval_clips: int = 64,
-                 reward_steps: int = 0,
-                 reward_lr: float = 0.0001,
-                 reward_batch_size: int = 64,
-                 reward_frames: str = "real",
-                 reward_holdout: float = 0.25,
-                 success_threshold: float = 0.9,
-                 num_inference_steps: int = 5,
-                 reward: Any = None, dtype: str = "float32",
-                 device: str | None = None, seed: int = 0,
-                 out_dir: str | None = None,
-                 verbose: bool = True):
+    def __init__(self, world_model: dict, tasks: Sequence[str], sim_env: dict | None = None,
+                 reward: Any = None, **settings: Any):
+        cfg = self.settings = PaceConfig.of(settings)
         if not tasks:
             raise ValueError("pace.tasks is empty: name the simulator task(s)")
-        if reward_steps > 0 and reward is None:
+        require_choice("pace.scenes", cfg.scenes, SCENES)
+        require_choice("pace.reward_frames", cfg.reward_frames, REWARD_FRAMES)
+        if cfg.reward_steps > 0 and reward is None:
             raise ValueError("pace.reward_steps > 0 needs the reward config (pace.reward)")
-        self.world_model_cfg = dict(world_model, dtype=dtype)
+        self.world_model_cfg = dict(world_model, dtype=cfg.dtype)
         self.tasks = [task_by_name(t).name for t in tasks]
-        self.every_n_steps, self.episodes, self.steps = every_n_steps, episodes, steps
-        self.lr, self.batch_size, self.weight_decay = lr, batch_size, weight_decay
-        self.temperature, self.scenes, self.num_states = temperature, scenes, num_states
-        self.post_success_steps, self.num_envs = post_success_steps, num_envs
         self.sim_env = dict(sim_env or {})
         self.sim_env.pop("_target_", None)
-        self.sim_env.setdefault("terminate_on_success", post_success_steps is None)
-        self.buffer_rounds, self.eval_clips = buffer_rounds, eval_clips
+        self.sim_env.setdefault("terminate_on_success", cfg.post_success_steps is None)
         # the fine-tune is the world-model trainer (the tabletop's objective and optimizer,
         # gradients clipped to 1, a constant lr), stepped here on the round's clip buffer
         self.finetuner = WorldModelFinetune(
             self.world_model_cfg, objective={"preset": "tabletop",
-                                             "context_noise_sigma": context_noise_sigma,
-                                             "foreground_weight": foreground_weight},
-            lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99), grad_clip=1.0,
-            gripper_event_weight=gripper_event_weight, seed=seed)
-        self.reward_steps, self.reward_lr = reward_steps, reward_lr
-        self.reward_batch_size, self.reward_spec = reward_batch_size, reward
-        self.reward_frames, self.reward_holdout = reward_frames, reward_holdout
-        self.success_threshold, self.num_inference_steps = success_threshold, num_inference_steps
-        self.device, self.seed = device, seed
-        self.ledger = PaceLedger(out_dir, verbose)  # the budget and the version (checkpointed)
+                                             "context_noise_sigma": cfg.context_noise_sigma,
+                                             "foreground_weight": cfg.foreground_weight},
+            lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), grad_clip=1.0,
+            gripper_event_weight=cfg.gripper_event_weight, seed=cfg.seed)
+        self.reward_spec = reward
+        self.ledger = PaceLedger(cfg.out_dir, cfg.verbose)  # the budget, the version (saved)
         # built on first use
         self.model: ActionWanModel | None = None
         self.reward = None
@@ -164,15 +137,15 @@ class Pace:
     def ensure_models(self, device: torch.device | str | None = None) -> ActionWanModel:
         """Build the world-model copy (+ optimizer, + reward copy) once; apply restored state."""
         if self.model is None:
-            dev = torch.device(self.device or device or "cpu")
+            dev = torch.device(self.settings.device or device or "cpu")
             self.finetuner.configure_model()
             self.model = self.finetuner.model.to(dev)
-            self.finetuner.begin_training(self.steps)  # one optimizer for every round
+            self.finetuner.begin_training(self.settings.steps)  # one optimizer for every round
             self.model.eval().requires_grad_(False)  # finetune() turns them on for its steps
-            if self.reward_steps > 0:
+            if self.settings.reward_steps > 0:
                 self.reward = build(self.reward_spec).to(dev)
                 self.reward_optimizer = torch.optim.AdamW(self.reward.model.parameters(),
-                                                          lr=self.reward_lr)
+                                                          lr=self.settings.reward_lr)
             if self._pending is not None:
                 self._apply_pending(self._pending)
                 self._pending = None
@@ -221,15 +194,16 @@ class Pace:
     def collect(self, policy, round_index: int) -> list[Episode]:
         """``episodes`` real episodes of ``policy`` (eval mode, ``temperature``, seeded by the
         round) in the simulator, with every frame and action."""
-        specs = episode_specs(self.tasks, self.episodes, round_index, self.scenes,
-                              self.num_states, self.seed)
+        cfg = self.settings
+        specs = episode_specs(self.tasks, cfg.episodes, round_index, cfg.scenes, cfg.num_states,
+                              cfg.seed)
         was_training = policy.training
         policy.eval()
-        seed = (self.seed * 7919 + round_index * 104_729) % (2**31 - 1)
-        source = PolicyActionSource(policy, temperature=self.temperature, seed=seed)
-        vec = TabletopVecEnv(min(self.num_envs, len(specs)), **self.sim_env)
+        seed = (cfg.seed * 7919 + round_index * 104_729) % (2**31 - 1)
+        source = PolicyActionSource(policy, temperature=cfg.temperature, seed=seed)
+        vec = TabletopVecEnv(min(cfg.num_envs, len(specs)), **self.sim_env)
         try:
-            return list(rollout_episodes(vec, source, specs, self.post_success_steps, seed=seed))
+            return list(rollout_episodes(vec, source, specs, cfg.post_success_steps, seed=seed))
         finally:
             vec.close()
             policy.train(was_training)
@@ -253,11 +227,11 @@ class Pace:
         """Flow-matching loss on (at most ``eval_clips``) clips with a fixed noise draw: the
         same number before and after a fine-tune measures what it changed."""
         self.ensure_models()
-        n = min(len(latents), self.eval_clips)
-        gen = torch.Generator().manual_seed(self.seed + 12_345)
+        n = min(len(latents), self.settings.eval_clips)
+        gen = torch.Generator().manual_seed(self.settings.seed + 12_345)
         total = 0.0
-        for i in range(0, n, self.batch_size):
-            j = min(i + self.batch_size, n)
+        for i in range(0, n, self.settings.batch_size):
+            j = min(i + self.settings.batch_size, n)
             loss = self.finetuner.latent_loss(latents[i:j], actions[i:j], gen)
             total += float(loss) * (j - i)
         return total / max(n, 1)
@@ -268,8 +242,9 @@ class Pace:
         tabletop objective, this object's optimizer kept across rounds, a constant ``lr``) on
         random batches of the clip buffer; returns the loss per step."""
         self.ensure_models()
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + round_index)
-        return self.finetuner.fit_latents(latents, actions, self.steps, self.batch_size, gen)
+        gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + round_index)
+        return self.finetuner.fit_latents(latents, actions, self.settings.steps,
+                                          self.settings.batch_size, gen)
 
     def finetune_reward(self, episodes: Sequence[Episode], round_index: int
                         ) -> tuple[list[float], dict[str, float]]:
@@ -282,13 +257,14 @@ class Pace:
         ``reward_holdout`` share of them held out to score the reward before and after
         (``reward_{frame,episode}_{precision,recall}_{before,after}``, at
         ``success_threshold``)."""
-        if self.reward_steps <= 0:
+        cfg = self.settings
+        if cfg.reward_steps <= 0:
             return [], {}
-        if self.reward_frames == "imagined":
+        if cfg.reward_frames == "imagined":
             out = R.fit_reward_to_imagination(
-                self.reward, self.reward_optimizer, self.model, episodes, self.reward_steps,
-                self.reward_batch_size, self.success_threshold, self.reward_holdout,
-                self.num_inference_steps, seed=self.seed * 1_000_033 + round_index)
+                self.reward, self.reward_optimizer, self.model, episodes, cfg.reward_steps,
+                cfg.reward_batch_size, cfg.success_threshold, cfg.reward_holdout,
+                cfg.num_inference_steps, seed=cfg.seed * 1_000_033 + round_index)
             metrics = {f"reward_{k}_{when}": v for when in ("before", "after")
                        for k, v in out[when].items()}
             metrics.update(reward_held_out_episodes=out["held_out_episodes"],
@@ -298,9 +274,9 @@ class Pace:
         frames = torch.from_numpy(np.concatenate([ep.frames for ep in episodes]))
         labels = torch.from_numpy(np.concatenate([ep.success_labels for ep in episodes])).float()
         tasks = [ep.task for ep in episodes for _ in range(len(ep.frames))]
-        gen = torch.Generator().manual_seed(self.seed * 1_000_033 + round_index)
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_033 + round_index)
         return finetune_reward_model(self.reward, self.reward_optimizer, frames, labels, tasks,
-                                     self.reward_steps, self.reward_batch_size, gen), {}
+                                     cfg.reward_steps, cfg.reward_batch_size, gen), {}
 
     def run_round(self, policy, rollouts=None, step: int = 0,
                   device: torch.device | str | None = None, rank0: bool = True,
@@ -308,7 +284,7 @@ class Pace:
                   policy_weights: Callable[[], dict] | None = None) -> dict[str, float]:
         """One PACE round after training step ``step``: collect (rank 0) -> fine-tune (rank 0)
         -> [``broadcast``] -> push to the env actors of ``rollouts`` (the rollout DataModule,
-        every rank). ``device``: where the world-model copy is built (default ``self.device``,
+        every rank). ``device``: where the world-model copy is built (default ``settings.device``,
         else the CPU); ``rank0``: whether this process is rank 0; ``broadcast(obj)``: rank 0's
         ``obj`` on every rank (None: one process); ``policy_weights()``: the policy's weights,
         for a collocated actor restarted meanwhile. Rank 0 appends the round to
@@ -325,7 +301,7 @@ class Pace:
             collect_s = time.perf_counter() - tc
             latents, actions = self.encode(episodes)
             before = self.fixed_noise_loss(latents, actions)
-            self._buffer = (self._buffer + [(latents, actions)])[-self.buffer_rounds:]
+            self._buffer = (self._buffer + [(latents, actions)])[-self.settings.buffer_rounds:]
             all_lat = torch.cat([b[0] for b in self._buffer])
             all_act = torch.cat([b[1] for b in self._buffer])
             tf = time.perf_counter()
@@ -386,7 +362,8 @@ class Pace:
         no rollout would use its world model, so its real episodes would be spent for nothing
         (and counted against the run's simulator budget)."""
         last = max_steps is not None and max_steps > 0 and step >= max_steps
-        return bool(self.every_n_steps) and step > 0 and step % self.every_n_steps == 0 \
+        every = self.settings.every_n_steps
+        return bool(every) and step > 0 and step % every == 0 \
             and step != self.ledger.last_round_step and not last
 
     def restore_actors(self, rollouts, policy_weights: Callable[[], dict] | None = None,
@@ -402,9 +379,10 @@ class Pace:
 
     def finish(self) -> dict[str, Any]:
         """The end of the fit (rank 0): the ledger's ``summary.json`` and one-line budget."""
+        cfg = self.settings
         return self.ledger.finish(
-            episodes_per_round=self.episodes, every_n_steps=self.every_n_steps,
-            finetune_steps_per_round=self.steps, scenes=self.scenes, tasks=self.tasks)
+            episodes_per_round=cfg.episodes, every_n_steps=cfg.every_n_steps,
+            finetune_steps_per_round=cfg.steps, scenes=cfg.scenes, tasks=self.tasks)
 
     # ---- checkpoint --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
