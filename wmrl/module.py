@@ -124,7 +124,8 @@ class GRPOModule(L.LightningModule):
                                        temperature=temperature, algorithm=asdict(cfg),
                                        seed=seed, pace=pace), logger=False)
         self.policy = build(policy)
-        # the world model follows the policy (a ``_target_`` spec, conf/pace; None: off)
+        # the world model follows the policy (a ``_target_`` spec, conf/pace: ``Pace`` with its
+        # settings as one ``wmrl.schema.PaceConfig``; None: off)
         self.pace = None if pace is None else build(pace, _recursive_=False)
         self.lora = has_lora(self.policy)
         check_optimizer_dtype(self.policy, cfg.optimizer_dtype)
