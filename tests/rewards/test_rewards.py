@@ -20,10 +20,6 @@ from wmrl.finetune.reward_evaluation import (
     binary_metrics,
     confusion_counts,
     ranking_metrics,
-    reward_report,
-    score_histogram,
-    trajectory_success,
-    zero_variance_fraction,
 )
 from wmrl.finetune.reward_trainer import train_reward
 from wmrl.rewards.resnet import (
@@ -154,21 +150,6 @@ def test_binary_metrics_by_hand():
     r = ranking_metrics(torch.tensor([0.9, 0.8, 0.2, 0.6]), torch.tensor([1, 0, 0, 1]))
     assert r["auroc"] == pytest.approx(0.75) and r["ece"] == pytest.approx(0.375)
     assert math.isnan(ranking_metrics(torch.ones(3), torch.ones(3))["auroc"])
-
-
-def test_histogram_success_and_zero_variance_groups():
-    counts, edges = score_histogram(torch.tensor([0.0, 0.05, 0.5, 1.0]), bins=2)
-    assert counts.tolist() == [2, 2] and edges.tolist() == [0.0, 0.5, 1.0]
-    s = torch.tensor([[0.1, 0.95, 0.0], [0.3, 0.89, 0.2]])
-    assert trajectory_success(s, 0.9).tolist() == [True, False]
-    rewards = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1.0])
-    assert zero_variance_fraction(rewards, 4) == pytest.approx(2 / 3)
-    with pytest.raises(ValueError, match="groups of 5"):
-        zero_variance_fraction(rewards, 5)
-    report = reward_report(s.repeat(2, 1), torch.tensor([[0, 1, 0], [0, 0, 0]] * 2), 2,
-                           success_threshold=0.9)
-    assert report["trajectory"]["accuracy"] == 1.0 and report["zero_variance_fraction"] == 0.0
-    assert sum(report["histogram"]) == 12
 
 
 # -- training script --------------------------------------------------------------------

@@ -5,12 +5,6 @@
 * ``binary_metrics``: precision = TP/(TP+FP), recall = TP/(TP+FN), F1 = 2PR/(P+R),
   accuracy, on ``score >= threshold`` (0/0 counts as 0).
 * ``ranking_metrics``: AUROC and the expected calibration error (torchmetrics).
-* ``score_histogram``: counts of scores in equal bins over [0, 1].
-* ``trajectory_success``: success_once per trajectory from per-frame scores,
-  ``max_t score_t >= threshold`` (the env's rule, threshold 0.9).
-* ``zero_variance_fraction``: the share of GRPO groups (``group_size`` consecutive
-  trajectories) whose rewards are all equal: their advantages are 0, so they carry no
-  gradient (the published ResNet reward leaves ~71% of samples so).
 """
 
 from __future__ import annotations
@@ -59,50 +53,3 @@ def ranking_metrics(scores: torch.Tensor, labels: torch.Tensor, bins: int = 10
         return {"auroc": float("nan"), "ece": float("nan")}
     return {"auroc": float(binary_auroc(scores, labels)),
             "ece": float(binary_calibration_error(scores.clamp(0, 1), labels, n_bins=bins))}
-
-
-def score_histogram(scores: torch.Tensor, bins: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
-    """(counts [bins], edges [bins + 1]) over [0, 1]; a score of exactly 1 falls in the last bin."""
-    scores = torch.as_tensor(scores, dtype=torch.float32).flatten()
-    edges = torch.linspace(0.0, 1.0, bins + 1)
-    idx = (scores.clamp(0.0, 1.0) * bins).long().clamp_(max=bins - 1)
-    return torch.bincount(idx, minlength=bins), edges
-
-
-def trajectory_success(frame_scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """bool [N] from scores [N, T]: success once any frame reaches ``threshold``."""
-    return torch.as_tensor(frame_scores).amax(dim=-1) >= threshold
-
-
-def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
-    """Fraction of groups whose ``group_size`` rewards are all equal (zero GRPO advantage)."""
-    rewards = torch.as_tensor(rewards, dtype=torch.float32).flatten()
-    if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"zero_variance_fraction: {rewards.numel()} rewards do not split into "
-                         f"groups of {group_size}")
-    groups = rewards.view(-1, group_size)
-    flat = (groups.amax(dim=1) - groups.amin(dim=1)) == 0
-    return float(flat.float().mean())
-
-
-def reward_report(frame_scores: torch.Tensor, frame_labels: torch.Tensor,
-                  group_size: int | None = None, *, success_threshold: float,
-                  bins: int = 10) -> dict:
-    """Frame-level and trajectory-level agreement for scores/labels of shape [N, T].
-
-    Trajectory truth is ``any(label)``; predicted success uses ``trajectory_success``. With
-    ``group_size``, also the zero-variance share of the predicted binary returns.
-    """
-    scores = torch.as_tensor(frame_scores, dtype=torch.float32)
-    labels = torch.as_tensor(frame_labels)
-    pred_traj = trajectory_success(scores, success_threshold)
-    report = {
-        "frame": {**binary_metrics(scores, labels, 0.5), **ranking_metrics(scores, labels)},
-        "trajectory": {**binary_metrics(pred_traj.float(), labels.bool().any(dim=-1), 0.5),
-                       "auroc": ranking_metrics(scores.amax(dim=-1),
-                                                labels.bool().any(dim=-1))["auroc"]},
-        "histogram": score_histogram(scores, bins)[0].tolist(),
-    }
-    if group_size:
-        report["zero_variance_fraction"] = zero_variance_fraction(pred_traj.float(), group_size)
-    return report
