@@ -17,12 +17,14 @@ from wmrl.finetune.reward_trainer import RewardTrainer, finetune_reward_model, t
 from wmrl.rewards.resnet import ResNetSuccessReward
 
 # per-step losses of the old loops, recorded at commit 2806f2c (before the change) on the
-# data below; equal to the last bit: the same draws, the same ops in the same order (the
-# loader's base seed comes from its own generator, so dropout sees the same global RNG)
+# data below with one torch thread (a convolution's sums are ordered by the thread count, so
+# the tests pin it: ``one_thread``); equal to the last bit: the same draws, the same ops in the
+# same order (the loader's base seed comes from its own generator, so dropout sees the same
+# global RNG)
 OLD_TRAIN_REWARD = {
-    "resnet": [0.8653716444969177, 1.4461100101470947, 0.9648746848106384, 0.6979667544364929],
-    "resnet_task": [0.7867627739906311, 0.7513164281845093, 0.713676929473877,
-                    1.0559567213058472],
+    "resnet": [0.8653713464736938, 1.4461121559143066, 0.96487957239151, 0.6979554891586304],
+    "resnet_task": [0.7867627143859863, 0.7513166666030884, 0.7136845588684082,
+                    1.0559442043304443],
 }
 OLD_ACCURACY = {"resnet": 10 / 12, "resnet_task": 3 / 12}
 OLD_FINETUNE_CLASSIFIER = [1.106277585029602, 1.097941279411316, 0.9729458093643188,
@@ -50,6 +52,15 @@ def cfg(tmp_path: Path, *overrides: str):
         "model.task_embed_dim=4", "model.fusion_hidden=8", "model.dropout=0.5", "steps=4",
         "batch_size=8", "lr=1e-2", "weight_decay=1e-4", "val_fraction=0.25", "seed=3",
         "log_every=0", *overrides])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The threads the old loops were recorded with (the count is process-wide state)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
