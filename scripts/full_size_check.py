@@ -35,7 +35,7 @@ float32 there: bf16 3-D convolutions have no fast CPU kernel either.
 Prints one JSON line per figure: seconds, and each role's peak memory beside ``make plan``'s
 prediction for the same setting (the same config, one device, the measured prompt length):
 the allocator's peak on a card, the resident set over the interpreter's on a CPU
-(``wmrl.peak_memory``). ``agrees`` is false where they differ by more than ``+check.tolerance``
+(``wmrl.measure.peak_memory``). ``agrees`` is false where they differ by more than ``+check.tolerance``
 (15%). A part whose planned peak exceeds this machine's free memory is skipped with the plan's
 figure. Exit 1 when a part fails. Generated files go to ``+check.workdir`` (disk space is
 checked first) and are removed at the end unless ``+check.keep=true``. The logic is

@@ -47,7 +47,7 @@ from wmrl.world_model.sampler import euler_sample, inference_sigmas
 
 
 def as_dtype(name: str | torch.dtype) -> torch.dtype:
-    """A world model's ``dtype`` / ``vae_dtype``: a name of the one table (wmrl.dtypes)."""
+    """A world model's ``dtype`` / ``vae_dtype``: a name of the one table (wmrl.weights.dtypes)."""
     return to_dtype(name, "world_model.dtype")
 
 
@@ -356,7 +356,7 @@ class ActionWanModel(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write the three subfolders into a temp dir next to ``path``, then swap it in (only
-        over a world model or an empty folder: ``wmrl.atomic.check_output_dir``)."""
+        over a world model or an empty folder: ``wmrl.io.atomic.check_output_dir``)."""
         with atomic_dir(path, "world_model") as tmp:
             self.transformer.save_pretrained(tmp / "transformer")
             self.vae.save_pretrained(tmp / "vae")

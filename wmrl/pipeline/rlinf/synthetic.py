@@ -10,7 +10,7 @@ shapes without the 13 GB download).
 ``<out>/dataset/traj{i}_kir.npy`` reset trajectories of per-frame dicts (``image`` uint8 HWC,
     ``delta_action`` [7], ``instruction``), each long enough to carry KIR context.
 
-Values: ``wmrl.random_weights`` (N(0, 0.02), norm scales one, biases zero).
+Values: ``wmrl.weights.random_weights`` (N(0, 0.02), norm scales one, biases zero).
 """
 
 from __future__ import annotations
