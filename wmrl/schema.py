@@ -355,13 +355,14 @@ class WorldModelFinetuneSchema:
     gradient_checkpointing: bool = MISSING
     num_inference_steps: int = MISSING
     video_clips: int = MISSING
-    # the yaml leaves these to the constructor (its defaults, for the check only)
-    lr_min_ratio: float = 0.0
-    grad_clip: Optional[float] = None
-    gripper_event_weight: float = 1.0
-    part: str = "dit"  # WorldModelFinetune checks the choice, before the model loads
+    lr_min_ratio: float = MISSING
+    grad_clip: Optional[float] = MISSING
+    gripper_event_weight: float = MISSING
+    part: str = MISSING
 
     def __post_init__(self) -> None:
+        require("module.part", self.part, self.part == "dit", "the fine-tune trains the DiT "
+                "(part=dit); the VAE stage is scripts/train_world_model.py's (vae_train)")
         require_positive("module", self, "lr", "num_inference_steps", "grad_clip")
         require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
                          "lr_min_ratio", "gripper_event_weight", allow_zero=True)

@@ -45,6 +45,8 @@ def reward_cfg(*overrides: str):
     ("+module.lr_shedule=cosine", "module.lr_shedule: Key 'lr_shedule' not in"),
     ("data.batch_size=0", "data.batch_size=0 is not allowed: must be > 0"),
     ("checkpoint.keep_last=-2", "checkpoint.keep_last=-2 is not allowed"),
+    ("module.part=vae", "module.part='vae' is not allowed: the fine-tune trains the DiT"),
+    ("module.grad_clip=0", "module.grad_clip=0.0 is not allowed: must be > 0"),
 ])
 def test_finetune_world_model_refuses_a_bad_setting_before_any_data_or_model(override, error):
     from scripts.finetune_world_model import run
