@@ -53,7 +53,7 @@ def _choices(name: str, values: tuple[str, ...]) -> type[Enum]:
 
 
 # the choice lists are the code's own; every dtype setting takes the one table's names
-# (wmrl.dtypes: float32 / fp32, bfloat16 / bf16, float16 / fp16)
+# (wmrl.weights.dtypes: float32 / fp32, bfloat16 / bf16, float16 / fp16)
 DType = _choices("DType", tuple(DTYPES))
 Placement = _choices("Placement", PLACEMENTS)
 RolloutDevice = _choices("RolloutDevice", DEVICES)
@@ -396,7 +396,7 @@ class FinetuneWorldModelConfig:
 
     seed: int = MISSING
     out_dir: str = MISSING
-    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.atomic)
+    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.io.atomic)
     run_dir: str = MISSING
     ckpt_path: Optional[str] = MISSING
     validate_first: bool = MISSING
@@ -448,7 +448,7 @@ class TrainRewardConfig:
     lerobot: Dict[str, Any] = MISSING
     trajectories: Dict[str, Any] = MISSING
     out_dir: str = MISSING
-    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.atomic)
+    overwrite: bool = MISSING  # replace an out_dir holding other files (wmrl.io.atomic)
     run_dir: str = MISSING
     ckpt_path: Optional[str] = MISSING
     arch: RewardArch = MISSING
