@@ -16,14 +16,14 @@ from omegaconf import OmegaConf
 import wmrl.build  # noqa: F401  (the ${wmrl_assets:} resolver the configs use)
 from scripts import (
     collect,
-    finetune_world_model,
     fit_reward_to_imagination,
     make_assets,
     sft_policy,
     train_reward,
-    train_world_model,
 )
 from wmrl.errors import ConfigError
+from wmrl.finetune.world_model_build import build_world_model
+from wmrl.finetune.world_model_fit import finetune_world_model
 from wmrl.io.atomic import check_output_dir, written_by
 from wmrl.rewards.resnet import build_classifier, save_checkpoint
 
@@ -56,15 +56,15 @@ def refused(call, folder: Path, writer: str, key: str = "out_dir",
 def test_trainers_refuse_a_users_out_dir_before_reading_anything(users, tmp_path):
     missing = tmp_path / "no_data"  # read right after the check: a later check would fail here
     cfg = hydra_config("train_world_model", f"train_dirs=[{missing}]", f"out_dir={users}")
-    refused(lambda: train_world_model.run(OmegaConf.to_container(cfg, resolve=True)), users,
+    refused(lambda: build_world_model(OmegaConf.to_container(cfg, resolve=True)), users,
             "world_model")
     cfg = hydra_config("train_world_model", f"train_dirs=[{missing}]",
                        f"out_dir={tmp_path / 'new'}", f"initial_states.out_dir={users}")
-    refused(lambda: train_world_model.run(OmegaConf.to_container(cfg, resolve=True)), users,
+    refused(lambda: build_world_model(OmegaConf.to_container(cfg, resolve=True)), users,
             "initial_states", key="initial_states.out_dir")
     cfg = hydra_config("finetune_world_model", f"out_dir={users}", f"run_dir={tmp_path}",
                        f"world_model.path={missing}", f"data.paths=[{missing}]")
-    refused(lambda: finetune_world_model.run(cfg), users, "world_model")
+    refused(lambda: finetune_world_model(cfg), users, "world_model")
     cfg = hydra_config("train_reward", f"data_dir={missing}", f"out_dir={users}",
                        f"run_dir={tmp_path}")
     refused(lambda: train_reward.train(cfg), users, "reward")

@@ -1,7 +1,6 @@
 """World-model training: metrics by hand, clips of every chunk, and a tiny
 collect -> VAE + transformer fit -> save -> WanWorldModelEnv(from_pretrained) pipeline."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -16,6 +15,7 @@ import wmrl.build  # noqa: F401  (registers ${wmrl_assets:}, as the script does)
 from wmrl.finetune import world_model as T
 from wmrl.finetune.image_metrics import psnr, ssim
 from wmrl.finetune.reward_data import reward_frames_from_trajectories
+from wmrl.finetune.world_model_build import build_world_model
 from wmrl.sim.dataset import Episode, TrajectoryWriter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,14 +91,6 @@ def tiny_data(tmp_path_factory):
     return root
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("train_world_model",
-                                                  ROOT / "scripts" / "train_world_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_reward_frames_from_trajectories(tiny_data):
     frames, labels, ids, tasks = reward_frames_from_trajectories(tiny_data / "data")
     assert frames.shape == (3 * 13, 32, 32, 3) and frames.dtype == np.uint8
@@ -134,7 +126,7 @@ def test_tiny_train_pipeline_loads_into_env(tiny_data, tmp_path):
                        max_episode_steps=16)
     cfg["initial_states"].update(out_dir=str(tmp_path / "init"), tasks=["red_on_plate"],
                                  num_states=2)
-    m = _load_script().run(cfg, log=None)
+    m = build_world_model(cfg, log=None)
 
     assert m["train_episodes"] == 3 and m["train_clips"] == 6  # 12 steps -> chunks at 0, 8
     assert m["vae_loss_last"] < m["vae_loss_first"]

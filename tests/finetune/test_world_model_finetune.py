@@ -1,4 +1,4 @@
-"""The world-model fine-tune (scripts/finetune_world_model.py, WorldModelFinetune): a tiny
+"""The world-model fine-tune (wmrl.finetune.world_model_fit, WorldModelFinetune): a tiny
 LeRobot dataset in, a world-model directory out; LoRA and full; resume; export."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tests.tiny_models import pushed_square, tiny_world_model
 from tests.two_ranks import launch_two_ranks
 from wmrl.errors import ConfigError
 from wmrl.finetune.world_model_clips import WorldModelClipData
+from wmrl.finetune.world_model_fit import finetune_world_model as finetune
 from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.world_model.action_wan import ActionWanModel
@@ -82,8 +83,6 @@ def test_clips_from_a_lerobot_dataset(assets):
 
 
 def test_lora_fit_resume_and_export(assets, tmp_path):
-    from scripts.finetune_world_model import run as finetune
-
     run = tmp_path / "run"
     trainer, module = finetune(compose_cfg(assets, run, "+lora.rank=4"))
     assert trainer.global_step == 3

@@ -21,6 +21,7 @@ from tests.tiny_models import pushed_square, tiny_world_model
 from wmrl.config import compose_config
 from wmrl.errors import ConfigError
 from wmrl.finetune.reward_trainer import train_reward
+from wmrl.finetune.world_model_fit import finetune_world_model
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.schema import WorldModelClipsSchema, WorldModelFinetuneSchema, fields_of
 
@@ -49,10 +50,8 @@ def reward_cfg(*overrides: str):
     ("module.grad_clip=0", "module.grad_clip=0.0 is not allowed: must be > 0"),
 ])
 def test_finetune_world_model_refuses_a_bad_setting_before_any_data_or_model(override, error):
-    from scripts.finetune_world_model import run
-
     with pytest.raises(ConfigError) as err:
-        run(finetune_cfg(override))
+        finetune_world_model(finetune_cfg(override))
     assert error in str(err.value) and "\n" not in str(err.value)
 
 

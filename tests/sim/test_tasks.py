@@ -15,7 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the LeRobot reader and export
 NO_SIMULATOR = ("wmrl.config", "wmrl.schema", "wmrl.fit", "wmrl.launch.trainer",
                 "wmrl.finetune.world_model", "wmrl.finetune.world_model_module",
-                "wmrl.finetune.world_model_clips", "wmrl.finetune.update",
+                "wmrl.finetune.world_model_clips", "wmrl.finetune.world_model_fit",
+                "wmrl.finetune.world_model_build", "wmrl.finetune.update",
                 "wmrl.finetune.reward_trainer", "wmrl.finetune.reward_datasets",
                 "wmrl.finetune.reward_data", "wmrl.finetune.reward_on_imagination",
                 "wmrl.rewards.resnet", "wmrl.lerobot.dataset", "wmrl.pipeline.lerobot_export")

@@ -3,6 +3,10 @@ scripts) and during a fit (PACE, ``wmrl.pace``). Parts, one file each:
 
 * ``world_model_module.py``: the one world-model trainer (``WorldModelFinetune``: the asset
   build from scratch, the fine-tune on a dataset and PACE's refresh take its step);
+* ``world_model_fit.py``: the fine-tune on a dataset under a Trainer
+  (scripts/finetune_world_model.py);
+* ``world_model_build.py``: the asset built from scratch, the VAE and DiT stages + metrics
+  (scripts/train_world_model.py);
 * ``world_model.py``: clips from episodes, cached latents, quality and replay checks
   (imagined vs real success) around it;
 * ``world_model_clips.py``: the fine-tune's clip stream from LeRobot / trajectory datasets;
