@@ -19,52 +19,19 @@ Stages, each one of the project's scripts as a subprocess (their configs hold th
 The inputs are checked first (the dataset's metadata and files, the camera, the world model's
 files); the stages write into a temporary folder that becomes ``<out>`` only when all three
 have finished, so a failed command leaves no half-made task. Then it prints the
-``scripts/fit.py`` command that trains on the task.
+``scripts/fit.py`` command that trains on the task. A bad input is one line on stderr and exit
+code 2; a failed stage exits with the stage's code. The logic is
+wmrl/pipeline/task_from_lerobot.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from wmrl.asset_checks import check_world_model  # noqa: E402
-from wmrl.errors import ConfigError  # noqa: E402
-from wmrl.io.atomic import atomic_dir, check_output_dir  # noqa: E402
-from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
-
-
-def stage_commands(a: argparse.Namespace, tmp: Path, size: tuple[int, int]) -> dict[str, list]:
-    py = sys.executable
-    cam = [f"--camera={a.camera}"] if a.camera else []
-    importer = [py, str(ROOT / "scripts/import_lerobot.py"), str(a.dataset), "--out", str(tmp),
-                "--size", str(size[0]), str(size[1]), *cam, *(["--kir"] if a.kir else [])]
-    reward = [py, str(ROOT / "scripts/train_reward.py"), "data_format=lerobot",
-              f"data_dir={a.dataset}", f"out_dir={tmp / 'reward'}",
-              f"lerobot.camera={a.camera or 'null'}",
-              f"lerobot.last_frames={a.last_frames if a.last_frames else 'null'}",
-              f"model.image_size=[{size[0]},{size[1]}]", f"task.image_size=[{size[0]},{size[1]}]",
-              f"hydra.run.dir={a.out}.runs/reward", *a.reward_set]
-    finetune = [py, str(ROOT / "scripts/finetune_world_model.py"),
-                f"world_model.path={a.world_model}", "data.format=lerobot",
-                f"data.paths=[{a.dataset}]", f"data.size=[{size[0]},{size[1]}]",
-                f"data.camera={a.camera or 'null'}", f"out_dir={tmp / 'world_model'}",
-                f"hydra.run.dir={a.out}.runs/world_model", *a.world_model_set]
-    return {"reset states": importer, "reward": reward, "world model": finetune}
-
-
-def fit_command(out: Path, size: tuple[int, int]) -> str:
-    """``scripts/fit.py`` on the task: its world model, reward and reset states; no simulator
-    evaluation (a LeRobot task has no simulator here)."""
-    args = [f"env.world_model.path={out / 'world_model'}",
-            f"env.initial_states={out / 'initial_states'}", f"reward.checkpoint={out / 'reward'}",
-            f"task.image_size=[{size[0]},{size[1]}]", "callbacks.sim_eval=null"]
-    return " ".join(["python", "scripts/fit.py", *map(shlex.quote, args)])
+from wmrl.errors import ConfigError
+from wmrl.pipeline.task_from_lerobot import StageFailed, task_from_lerobot
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,31 +56,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="overrides of conf/finetune_world_model.yaml")
     a = p.parse_args(argv)
     try:
-        check_output_dir(a.out, "task_from_lerobot", a.force)
-        if len(a.size) not in (1, 2) or min(a.size) <= 0:
-            raise ConfigError(f"--size {a.size}: give S or H W, positive")
-        size = (a.size[0], a.size[-1])
-        ds = LeRobotDataset(a.dataset, camera=a.camera, size=size)  # metadata and files
-        if ds.num_episodes < 2:
-            raise ConfigError(f"{a.dataset} holds {ds.num_episodes} episode: the world model's "
-                              "fine-tune holds the last one out, so give at least 2")
-        check_world_model(str(a.world_model), key="--world-model")
+        fit = task_from_lerobot(a.dataset, a.out, a.world_model, a.size, camera=a.camera,
+                                kir=a.kir, last_frames=a.last_frames, reward_set=a.reward_set,
+                                world_model_set=a.world_model_set, force=a.force)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{ds}: {ds.num_episodes} episodes -> {a.out}", flush=True)
-    with atomic_dir(a.out, "task_from_lerobot") as tmp:
-        for name, cmd in stage_commands(a, tmp, size).items():
-            print(f"[{name}] {' '.join(map(shlex.quote, cmd))}", flush=True)
-            rc = subprocess.run(cmd, cwd=ROOT).returncode
-            if rc != 0:
-                print(f"error: the {name} stage failed (exit {rc}); nothing was written to "
-                      f"{a.out}", file=sys.stderr)
-                raise SystemExit(rc)
-        for folder in ("initial_states", "reward", "world_model"):
-            if not (tmp / folder).is_dir():
-                raise RuntimeError(f"the stages left no {folder}/ in {tmp}")
-    print(f"task -> {a.out}\nfit on it:\n  {fit_command(a.out, size)}")
+    except StageFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.returncode
+    print(f"task -> {a.out}\nfit on it:\n  {fit}")
     return 0
 
 

@@ -4,6 +4,8 @@ imported here; one module per artifact:
 ``rlinf/``            RLinf's WoVR release imported (DiT, VAE, reset data).
 ``lerobot_reset.py``  reset states from a LeRobot dataset (``scripts/import_lerobot.py``).
 ``lerobot_export.py`` our demonstrations as a LeRobot dataset (``scripts/export_lerobot.py``).
+``task_from_lerobot.py`` your own task from a LeRobot dataset: the three stages in one command
+                      (``scripts/task_from_lerobot.py``).
 ``sft.py``            behaviour cloning of the base policy.
 ``export.py``         a fit's result out of wmrl (the policy, PACE's world model).
 

@@ -1,5 +1,5 @@
-"""scripts/task_from_lerobot.py: a LeRobot dataset in; reset states, a reward and a world model
-out, in one command; then scripts/fit.py runs on them."""
+"""scripts/task_from_lerobot.py (wmrl.pipeline.task_from_lerobot): a LeRobot dataset in; reset
+states, a reward and a world model out, in one command; then scripts/fit.py runs on them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.tiny_models import pushed_square
+from wmrl.errors import ConfigError
 from wmrl.lerobot.writer import write_lerobot
+from wmrl.pipeline.task_from_lerobot import task_from_lerobot
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "task_from_lerobot.py"
@@ -32,26 +34,22 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_bad_inputs_are_one_line_before_any_work(dataset, tmp_path, capsys):
-    from scripts.task_from_lerobot import main
-
+def test_bad_inputs_are_one_line_before_any_work(dataset, tmp_path):
     wm = ROOT / "wmrl" / "assets" / "world_model"
     (tmp_path / "notes.txt").write_text("mine")  # a user's folder: refused, not replaced
     cases = {
-        "meta/info.json is missing": [tmp_path, "--out", tmp_path / "t", "--world-model", wm,
-                                      "--size", 64],
-        "--world-model": [dataset, "--out", tmp_path / "t", "--world-model", tmp_path,
-                          "--size", 64],
-        "wrist": [dataset, "--out", tmp_path / "t", "--world-model", wm, "--size", 64,
-                  "--camera", "wrist"],
-        "(notes.txt): pick a new or empty folder, or pass --force": [
-            dataset, "--out", tmp_path, "--world-model", wm, "--size", 64],
-        "--size": [dataset, "--out", tmp_path / "t", "--world-model", wm, "--size", 0],
+        "meta/info.json is missing": dict(dataset=tmp_path, out=tmp_path / "t", size=[64]),
+        "--world-model": dict(dataset=dataset, out=tmp_path / "t", world_model=tmp_path,
+                              size=[64]),
+        "wrist": dict(dataset=dataset, out=tmp_path / "t", size=[64], camera="wrist"),
+        "(notes.txt): pick a new or empty folder, or pass --force": dict(
+            dataset=dataset, out=tmp_path, size=[64]),
+        "--size [0]: give S or H W": dict(dataset=dataset, out=tmp_path / "t", size=[0]),
     }
     for want, args in cases.items():
-        assert main([str(a) for a in args]) == 2, want
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("error: ") and want in err[0], err
+        with pytest.raises(ConfigError) as err:
+            task_from_lerobot(**{"world_model": wm, **args})
+        assert want in str(err.value) and "\n" not in str(err.value), err.value
     assert not (tmp_path / "t").exists() and (tmp_path / "notes.txt").read_text() == "mine"
 
 
