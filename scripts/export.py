@@ -12,7 +12,7 @@ its simulator evaluations with 95% intervals); a LoRA fit's adapters are folded 
 ``policy.lora.path`` load it). ``--world-model`` writes instead the world
 model PACE refined during the fit, as a loadable world-model directory. ``--source DIR``:
 the layout / world model to start from when the run's own path is not on this machine.
-wmrl/pipeline/export.py; docs/running.md.
+The logic is wmrl/pipeline/export.py; docs/running.md.
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from wmrl.errors import ConfigError, one_line  # noqa: E402
-from wmrl.pipeline.export import export_policy, export_world_model  # noqa: E402
+from wmrl.errors import ConfigError, one_line
+from wmrl.pipeline.export import export_policy, export_world_model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,13 @@
-"""scripts/export.py (wmrl/pipeline/export.py): a fit checkpoint's policy written into its
+"""wmrl/pipeline/export.py (scripts/export.py): a fit checkpoint's policy written into its
 source's layout (shards, names, shapes, dtypes, index, files), loaded back by wmrl and by
 key set; the PACE-refined world model as a loadable directory; bad input in one line.
 (The tabletop fit test, tests/test_resume.py, exports the checkpoint a real fit wrote.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import json
+import subprocess
+import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -142,50 +141,44 @@ def test_world_model_of_pace_goes_out_loadable(tmp_path):
         export_world_model(str(tmp_path / "nopace.ckpt"), str(tmp_path / "out2"))
 
 
-def test_bad_input_is_one_line(source, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("export_script",
-                                                  Path(ROOT) / "scripts" / "export.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_bad_input_is_one_line(source, tmp_path):
+    def refused(ckpt: Path, out: Path) -> str:
+        with pytest.raises(ConfigError) as err:
+            export_policy(str(ckpt), str(out))
+        assert "\n" not in str(err.value)
+        return str(err.value)
 
-    def export(*args):
-        code = script.main([str(a) for a in args])
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-
-    res = export(tmp_path / "nope.ckpt", "--out", tmp_path / "o")
-    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"export: {tmp_path / 'nope.ckpt'} does not exist: pass a checkpoint that "
-        "scripts/fit.py wrote (<run_dir>/checkpoints/last.ckpt)"]
+    assert refused(tmp_path / "nope.ckpt", tmp_path / "o") == (
+        f"{tmp_path / 'nope.ckpt'} does not exist: pass a checkpoint that "
+        "scripts/fit.py wrote (<run_dir>/checkpoints/last.ckpt)")
     (tmp_path / "junk.ckpt").write_text("not a checkpoint")
-    assert "is not a Lightning checkpoint" in export(tmp_path / "junk.ckpt", "--out",
-                                                     tmp_path / "o").stderr
+    assert "is not a Lightning checkpoint" in refused(tmp_path / "junk.ckpt", tmp_path / "o")
     torch.save({"state_dict": {"model.w": torch.zeros(1)}, "global_step": 1},
                tmp_path / "other.ckpt")
-    assert "holds no policy weights" in export(tmp_path / "other.ckpt", "--out",
-                                               tmp_path / "o").stderr
+    assert "holds no policy weights" in refused(tmp_path / "other.ckpt", tmp_path / "o")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     fit_checkpoint(tmp_path / "last.ckpt", source)
-    res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full")
-    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"export: --out={tmp_path / 'full'} holds files wmrl's policy did not write (x): pick "
-        "a new or empty folder, or pass --force to replace it (everything in it is deleted)"]
+    assert refused(tmp_path / "last.ckpt", tmp_path / "full") == (
+        f"--out={tmp_path / 'full'} holds files wmrl's policy did not write (x): pick "
+        "a new or empty folder, or pass --force to replace it (everything in it is deleted)")
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["x"]
     with pytest.raises(ConfigError, match="is policy's output, not world_model's"):
         export_world_model(str(tmp_path / "last.ckpt"), str(source))  # before any reading
-    res = export(tmp_path / "last.ckpt", "--out", tmp_path / "full" / "x")
-    assert res.returncode == 2 and "is a file" in res.stderr
-    cut = tmp_path / "cut.ckpt"  # a checkpoint cut short in a copy: one line, no traceback
+    assert "is a file" in refused(tmp_path / "last.ckpt", tmp_path / "full" / "x")
+    # a checkpoint cut short in a copy, as a user runs the script: one line, no traceback
+    cut = tmp_path / "cut.ckpt"
     cut.write_bytes((tmp_path / "last.ckpt").read_bytes()[:4000])
-    res = export(cut, "--out", tmp_path / "o")
+    res = subprocess.run([sys.executable, "scripts/export.py", str(cut), "--out",
+                          str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and len(lines[0]) <= len("export: ") + 300
-    assert "checkpoint" in lines[0] and not (tmp_path / "o").exists()
-    assert json.loads(export(tmp_path / "last.ckpt", "--out", tmp_path / "o").stdout)[
-        "source"] == str(source)
+    assert lines[0].startswith("export: ") and "checkpoint" in lines[0], res.stderr
+    assert not (tmp_path / "o").exists()
+    assert export_policy(str(tmp_path / "last.ckpt"), str(tmp_path / "o"))["source"] == str(
+        source)
     (tmp_path / "o" / "README.md").unlink()  # an earlier export of the policy: replaced whole
-    assert export(tmp_path / "last.ckpt", "--out", tmp_path / "o").returncode == 0
+    export_policy(str(tmp_path / "last.ckpt"), str(tmp_path / "o"))
     assert (tmp_path / "o" / "README.md").is_file()
-    assert export(tmp_path / "last.ckpt", "--out", tmp_path / "full", "--force").returncode == 0
+    export_policy(str(tmp_path / "last.ckpt"), str(tmp_path / "full"), force=True)
     assert not (tmp_path / "full" / "x").exists()
