@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from wmrl.errors import ConfigError  # noqa: E402
-from wmrl.lerobot.dataset import VERSIONS  # noqa: E402
-from wmrl.pipeline.lerobot_export import export_lerobot  # noqa: E402
+from wmrl.errors import ConfigError
+from wmrl.lerobot.dataset import VERSIONS
+from wmrl.pipeline.lerobot_export import export_lerobot
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,24 +10,17 @@ actions as the world model's context (RLinf's KIR). The dataset is read locally 
 layout), one episode at a time; a bad dataset, or an ``<out>/dataset/`` or
 ``<out>/initial_states/`` holding anything but an earlier import (``--force`` replaces them),
 is refused in one line before anything is written (exit 2). Nothing else in ``--out`` is
-touched. Prints one JSON line. The logic: ``wmrl/pipeline/lerobot_reset.py``.
+touched. Prints one JSON line. The logic: ``wmrl/pipeline/lerobot_reset.py`` (``import_lerobot``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from wmrl.errors import ConfigError  # noqa: E402
-from wmrl.io.atomic import check_output_dir  # noqa: E402
-from wmrl.lerobot.dataset import LeRobotDataset  # noqa: E402
-from wmrl.pipeline.lerobot_reset import reset_states_from_lerobot  # noqa: E402
+from wmrl.errors import ConfigError
+from wmrl.pipeline.lerobot_reset import import_lerobot
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,15 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --kir: where in each episode, as fractions of its length")
     a = p.parse_args(argv)
     try:
-        if os.path.isfile(a.out):
-            raise ConfigError(f"--out={a.out} is a file: give a folder")
-        for part in ("dataset", "initial_states"):
-            check_output_dir(os.path.join(a.out, part), "import_lerobot", a.force)
-        size = None if a.size is None else tuple(a.size * 2 if len(a.size) == 1 else a.size)
-        if size is not None and (len(size) != 2 or min(size) < 1):
-            raise ConfigError(f"--size {a.size}: S or H W, positive")
-        ds = LeRobotDataset(a.dataset, camera=a.camera, size=size)
-        info = reset_states_from_lerobot(ds, a.out, keyframes=a.keyframes if a.kir else ())
+        info = import_lerobot(a.dataset, a.out, camera=a.camera, size=a.size,
+                              keyframes=a.keyframes if a.kir else (), force=a.force)
     except (ConfigError, FileNotFoundError) as err:
         print(f"import_lerobot: {err}", file=sys.stderr)
         return 2

@@ -1,18 +1,21 @@
-"""Our demonstrations as a LeRobot dataset (wmrl/pipeline/lerobot_export.py,
-scripts/export_lerobot.py): real tabletop episodes exported in both layouts and read back with
-wmrl's LeRobot reader (same episodes, rows, actions, success, tasks, state; frames through the
-codec), then on through scripts/import_lerobot.py to reset states; bad inputs refused."""
+"""Our demonstrations as a LeRobot dataset (wmrl/pipeline/lerobot_export.py, which
+scripts/export_lerobot.py calls): real tabletop episodes exported in both layouts and read back
+with wmrl's LeRobot reader (same episodes, rows, actions, success, tasks, state; frames through
+the codec), then on through the importer (wmrl/pipeline/lerobot_reset.py) to reset states; bad
+inputs refused."""
 
-import importlib.util
-import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from wmrl.envs.initial_states import load_initial_states
+from wmrl.errors import ConfigError
 from wmrl.lerobot.dataset import LeRobotDataset
-from wmrl.pipeline.lerobot_export import ACTION_NAMES, lerobot_rows, state_names
+from wmrl.pipeline.lerobot_export import ACTION_NAMES, export_lerobot, lerobot_rows, state_names
+from wmrl.pipeline.lerobot_reset import import_lerobot
 from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 from wmrl.sim.episodes import EpisodeSpec, rollout_episodes
 from wmrl.sim.expert import ScriptedExpert
@@ -20,16 +23,6 @@ from wmrl.sim.tabletop import STATE_DIM, TabletopVecEnv, task_by_name
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = 64  # at 32x32 h264's chroma blurs the small blocks (~11 grey levels a pixel)
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-export_lerobot, import_lerobot = script("export_lerobot"), script("import_lerobot")
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +55,10 @@ def test_rows_keep_every_frame_and_repeat_the_last_action():
 
 
 @pytest.mark.parametrize("version", ["v3.0", "v2.1"])
-def test_export_reads_back_and_gives_reset_states(demos, tmp_path, capsys, version):
+def test_export_reads_back_and_gives_reset_states(demos, tmp_path, version):
     out = tmp_path / "lerobot"
-    assert export_lerobot.main([str(demos), "--out", str(out), "--version", version]) == 0
+    info = export_lerobot(demos, out, version=version)
     ours = TrajectoryDataset(demos)
-    info = json.loads(capsys.readouterr().out)
     assert (info["episodes"], info["frames"], info["path"]) == (
         3, sum(len(e) + 1 for e in ours), str(out))
     assert info["fps"] == 20  # the control rate the dataset records, 1 / 0.05
@@ -86,35 +78,38 @@ def test_export_reads_back_and_gives_reset_states(demos, tmp_path, capsys, versi
         assert b.frames.shape == a.frames.shape and err.max() < 10, err
     # and on to reset states: one per episode, its anchor the episode's first frame
     states = tmp_path / "states"
-    assert import_lerobot.main([str(out), "--out", str(states)]) == 0
-    assert json.loads(capsys.readouterr().out)["states"] == 3
+    assert import_lerobot(out, states)["states"] == 3
     init = load_initial_states(states / "initial_states")
     assert init.tasks == [e.task for e in ours]
     for anchor, ep in zip(init.frames.numpy(), ours, strict=True):
         assert np.abs(anchor.astype(np.int16) - ep.frames[0]).mean() < 10
 
 
-def test_bad_inputs_are_refused_in_one_line_with_nothing_written(demos, tmp_path, capsys):
+def test_bad_inputs_are_refused_in_one_line_with_nothing_written(demos, tmp_path):
     out = tmp_path / "out"
 
-    def refused(argv: list[str], says: str) -> None:
-        assert export_lerobot.main(argv) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("export_lerobot: ") and len(err.splitlines()) == 1, err
-        assert says in err, err
+    def refused(src: Path, says: str, **kwargs) -> None:
+        with pytest.raises(ConfigError) as err:
+            export_lerobot(src, out, **kwargs)
+        assert says in str(err.value) and "\n" not in str(err.value), err.value
 
-    refused([str(tmp_path / "nope"), "--out", str(out)], "not a trajectory dataset")
+    refused(tmp_path / "nope", "not a trajectory dataset")
     (tmp_path / "empty").mkdir()
     with TrajectoryWriter(tmp_path / "empty", (SIZE, SIZE), ["t"]):
         pass
-    refused([str(tmp_path / "empty"), "--out", str(out)], "no episodes")
-    refused([str(demos), "--out", str(out), "--camera-key", "a/b"], "camera_key")
+    refused(tmp_path / "empty", "no episodes")
+    refused(demos, "camera_key", camera_key="a/b")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
     out.mkdir()
     (out / "keep").write_text("mine")
-    refused([str(demos), "--out", str(out)], f"export_lerobot: --out={out} holds files wmrl's "
-            "lerobot_dataset did not write (keep): pick a new or empty folder, or pass --force")
+    refused(demos, f"--out={out} holds files wmrl's lerobot_dataset did not write (keep): pick "
+            "a new or empty folder, or pass --force")
     assert [p.name for p in out.iterdir()] == ["keep"]
-    assert export_lerobot.main([str(demos), "--out", str(out), "--force"]) == 0
+    export_lerobot(demos, out, force=True)
     assert not (out / "keep").exists() and (out / "meta" / "info.json").is_file()
-    assert export_lerobot.main([str(demos), "--out", str(out)]) == 0  # an earlier export
+    export_lerobot(demos, out)  # an earlier export: replaced
+    # as a user runs the script: the refusal is one line, exit code 2
+    res = subprocess.run([sys.executable, "scripts/export_lerobot.py", str(tmp_path / "nope"),
+                          "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.strip().startswith("export_lerobot: ")
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -1,24 +1,24 @@
-"""Reset states from a LeRobot dataset (wmrl/pipeline/lerobot_reset.py, scripts/import_lerobot.py):
-hand-checked states, and a dataset written in the real format -> initial_states/ and RLinf's
-dataset/, which RLinf's reader (our importer of it) turns into the very same states."""
+"""Reset states from a LeRobot dataset (wmrl/pipeline/lerobot_reset.py, which
+scripts/import_lerobot.py calls): hand-checked states, and a dataset written in the real format
+-> initial_states/ and RLinf's dataset/, which RLinf's reader (our importer of it) turns into
+the very same states."""
 
-import importlib.util
-import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from wmrl.envs.initial_states import load_initial_states
+from wmrl.errors import ConfigError
 from wmrl.lerobot.dataset import LeRobotEpisode
 from wmrl.lerobot.writer import write_lerobot
-from wmrl.pipeline.lerobot_reset import episode_states, keyframe
+from wmrl.pipeline.lerobot_reset import episode_states, import_lerobot, keyframe
 from wmrl.pipeline.rlinf.reset_data import import_reset_data
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("import_lerobot", ROOT / "scripts/import_lerobot.py")
-import_lerobot = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(import_lerobot)
 
 
 def episode(index: int, length: int, task: str = "stack") -> LeRobotEpisode:
@@ -59,12 +59,11 @@ def colour_episodes(n: int = 3, length: int = 12):
         yield frames, actions, ["pick the red block", "stack the cubes"][e % 2], None, None
 
 
-def test_a_dataset_gives_the_states_rlinfs_reader_gives(tmp_path, capsys):
+def test_a_dataset_gives_the_states_rlinfs_reader_gives(tmp_path):
     data = tmp_path / "lerobot"
     write_lerobot(data, colour_episodes(), fps=10)
     out = tmp_path / "out"
-    assert import_lerobot.main([str(data), "--out", str(out), "--kir", "--keyframes", "0.5"]) == 0
-    info = json.loads(capsys.readouterr().out)
+    info = import_lerobot(data, out, keyframes=[0.5])
     assert (info["states"], info["kir_states"], info["image"]) == (6, 3, [32, 32, 3])
     ours = load_initial_states(out / "initial_states")
     pick, stack = "pick the red block", "stack the cubes"  # 2 states an episode
@@ -86,38 +85,45 @@ def test_a_dataset_gives_the_states_rlinfs_reader_gives(tmp_path, capsys):
         assert torch.equal(getattr(theirs, name), getattr(ours, name)), name
 
 
-def test_a_bad_dataset_is_refused_before_anything_is_written(tmp_path, capsys):
+def refused(*args, **kwargs) -> str:
+    with pytest.raises(ConfigError) as err:
+        import_lerobot(*args, **kwargs)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_bad_dataset_is_refused_before_anything_is_written(tmp_path):
     out = tmp_path / "out"
-    assert import_lerobot.main([str(tmp_path / "nope"), "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("import_lerobot: ") and len(err.splitlines()) == 1
+    assert "meta/info.json" in refused(tmp_path / "nope", out)
     assert not out.exists()
     data = tmp_path / "lerobot"
     write_lerobot(data, colour_episodes(1), fps=10)
-    assert import_lerobot.main([str(data), "--out", str(out), "--camera", "wrist"]) == 2
-    assert "wrist" in capsys.readouterr().err and not out.exists()
-    assert import_lerobot.main([str(data), "--out", str(out), "--kir", "--keyframes", "1.5"]) == 2
-    assert "(0, 1]" in capsys.readouterr().err and not out.exists()
+    assert "wrist" in refused(data, out, camera="wrist") and not out.exists()
+    assert "(0, 1]" in refused(data, out, keyframes=[1.5]) and not out.exists()
+    assert refused(data, out, size=[0]) == "--size [0]: S or H W, positive"
+    # as a user runs the script: the refusal is one line, exit code 2
+    res = subprocess.run([sys.executable, "scripts/import_lerobot.py", str(data), "--out",
+                          str(out), "--size", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "import_lerobot: --size [0]: S or H W, positive"] and not out.exists()
 
 
-def test_a_users_files_are_kept_or_refused_an_earlier_import_replaced(tmp_path, capsys):
+def test_a_users_files_are_kept_or_refused_an_earlier_import_replaced(tmp_path):
     data, out = tmp_path / "lerobot", tmp_path / "out"
     write_lerobot(data, colour_episodes(1), fps=10)
     (out / "reward").mkdir(parents=True)  # what else --out holds stays (a reward trained there)
     (out / "notes.txt").write_text("mine")
-    assert import_lerobot.main([str(data), "--out", str(out)]) == 0
+    import_lerobot(data, out)
     assert sorted(p.name for p in out.iterdir()) == ["dataset", "initial_states", "notes.txt",
                                                      "reward"]
     (out / "dataset" / "traj000000.npy").unlink()
-    assert import_lerobot.main([str(data), "--out", str(out)]) == 0  # its own: replaced whole
+    import_lerobot(data, out)  # its own: replaced whole
     assert (out / "dataset" / "traj000000.npy").is_file()
-    capsys.readouterr()
     (out / "initial_states" / "notes.txt").write_text("mine")
-    assert import_lerobot.main([str(data), "--out", str(out)]) == 2
-    assert capsys.readouterr().err.strip() == (
-        f"import_lerobot: --out={out / 'initial_states'} holds files wmrl's import_lerobot did "
+    assert refused(data, out) == (
+        f"--out={out / 'initial_states'} holds files wmrl's import_lerobot did "
         "not write (notes.txt): pick a new or empty folder, or pass --force to replace it "
         "(everything in it is deleted)")
     assert (out / "initial_states" / "notes.txt").is_file()
-    assert import_lerobot.main([str(data), "--out", str(out), "--force"]) == 0
+    import_lerobot(data, out, force=True)
     assert not (out / "initial_states" / "notes.txt").exists()

@@ -20,7 +20,7 @@ NO_SIMULATOR = ("wmrl.config", "wmrl.schema", "wmrl.fit", "wmrl.launch.trainer",
                 "wmrl.finetune.reward_trainer", "wmrl.finetune.reward_datasets",
                 "wmrl.finetune.reward_data", "wmrl.finetune.reward_on_imagination",
                 "wmrl.rewards.resnet", "wmrl.lerobot.dataset", "wmrl.pipeline.lerobot_export",
-                "wmrl.pipeline.task_from_lerobot")
+                "wmrl.pipeline.lerobot_reset", "wmrl.pipeline.task_from_lerobot")
 
 
 def test_training_and_config_checks_load_no_mujoco():

@@ -18,8 +18,8 @@ Written: ``<out>/initial_states/`` (``wmrl.envs.initial_states``: the world-mode
 RLinf's reader takes them: importing ``dataset/`` with ``import_reset_data`` gives the same
 states. The actions are the dataset's own: the world model must be trained on the same
 convention. Both folders are written whole or not at all, each only over a new or empty
-folder or an earlier import (``wmrl.io.atomic.check_output_dir``; scripts/import_lerobot.py checks
-them first); whatever else ``<out>`` holds stays.
+folder or an earlier import (``wmrl.io.atomic.check_output_dir``; ``import_lerobot``, the
+script's call, checks them first); whatever else ``<out>`` holds stays.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from wmrl.envs.initial_states import write_initial_states
 from wmrl.errors import ConfigError
-from wmrl.io.atomic import atomic_dir, write_text
+from wmrl.io.atomic import atomic_dir, check_output_dir, write_text
 from wmrl.lerobot.dataset import LeRobotDataset, LeRobotEpisode
 from wmrl.world_model.clip_layout import OPEN_GRIPPER
 
@@ -110,3 +110,20 @@ def reset_states_from_lerobot(dataset: LeRobotDataset, out: str | Path,
     return {"initial_states": str(out / "initial_states"), "dataset": str(out / "dataset"),
             "states": len(names), "kir_states": sum("_kir" in n for n in names),
             "tasks": sorted(set(tasks)), "image": list(anchors[0].shape)}
+
+
+def import_lerobot(dataset: str | Path, out: str | Path, camera: str | None = None,
+                   size: Sequence[int] | None = None, keyframes: Sequence[float] = (),
+                   force: bool = False) -> dict:
+    """``scripts/import_lerobot.py``: ``out``'s two folders, ``size`` (S or H W) and the
+    dataset's metadata and camera checked before anything is written (a ``ConfigError``
+    naming the flag), then ``reset_states_from_lerobot``; returns its summary."""
+    if Path(out).is_file():
+        raise ConfigError(f"--out={out} is a file: give a folder")
+    for part in ("dataset", "initial_states"):
+        check_output_dir(Path(out) / part, "import_lerobot", force)
+    hw = None if size is None else tuple(list(size) * 2 if len(size) == 1 else size)
+    if hw is not None and (len(hw) != 2 or min(hw) < 1):
+        raise ConfigError(f"--size {list(size)}: S or H W, positive")
+    ds = LeRobotDataset(dataset, camera=camera, size=hw)
+    return reset_states_from_lerobot(ds, out, keyframes=keyframes)
