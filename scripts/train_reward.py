@@ -5,39 +5,27 @@
         [lerobot.camera=KEY] [lerobot.last_frames=K]
     python scripts/train_reward.py ... ckpt_path=last hydra.run.dir=<run>   # resume
 
-Datasets: wmrl/finetune/reward_datasets.py; the trainer (class-balanced BCE on logits):
-wmrl/finetune/reward_trainer.py, run through the one trainer set-up (wmrl/launch/trainer.py:
-``<run_dir>/checkpoints/last.ckpt``, also on SIGTERM, then exit 143). Output:
-``OUT/model.safetensors`` + ``OUT/config.json`` + ``OUT/metrics.json`` (atomic writes).
+Datasets: wmrl/finetune/reward_datasets.py; the trainer (class-balanced BCE on logits) and the
+logic: wmrl/finetune/reward_trainer.py (``train_reward``), run through the one trainer set-up
+(wmrl/launch/trainer.py: ``<run_dir>/checkpoints/last.ckpt``, also on SIGTERM, then exit 143).
+Output: ``OUT/model.safetensors`` + ``OUT/config.json`` + ``OUT/metrics.json`` (atomic
+writes).
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import wmrl.build  # noqa: E402,F401  (registers the ${wmrl_assets:} resolver env: interpolates)
-from wmrl.errors import exit_on_config_error  # noqa: E402
-from wmrl.io.atomic import check_output_dir  # noqa: E402
-
-
-def train(cfg: DictConfig) -> dict:
-    from wmrl.config import resolve_ckpt_path
-    from wmrl.finetune.reward_trainer import train_reward
-
-    check_output_dir(cfg.out_dir, "reward", cfg.overwrite, key="out_dir")  # before any work
-    return train_reward(resolve_ckpt_path(cfg))
+from wmrl.errors import exit_on_config_error
+from wmrl.finetune.reward_trainer import train_reward
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_reward")
 def main(cfg: DictConfig) -> None:
-    print(json.dumps(exit_on_config_error(train, cfg)))
+    print(json.dumps(exit_on_config_error(train_reward, cfg)))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ from scripts import (
     fit_reward_to_imagination,
     make_assets,
     sft_policy,
-    train_reward,
 )
 from wmrl.errors import ConfigError
+from wmrl.finetune.reward_trainer import train_reward
 from wmrl.finetune.world_model_build import build_world_model
 from wmrl.finetune.world_model_fit import finetune_world_model
 from wmrl.io.atomic import check_output_dir, written_by
@@ -67,7 +67,7 @@ def test_trainers_refuse_a_users_out_dir_before_reading_anything(users, tmp_path
     refused(lambda: finetune_world_model(cfg), users, "world_model")
     cfg = hydra_config("train_reward", f"data_dir={missing}", f"out_dir={users}",
                        f"run_dir={tmp_path}")
-    refused(lambda: train_reward.train(cfg), users, "reward")
+    refused(lambda: train_reward(cfg), users, "reward")
     cfg = hydra_config("fit_reward_to_imagination", f"data_dir={missing}", f"out_dir={users}")
     refused(lambda: fit_reward_to_imagination.run(OmegaConf.to_container(cfg, resolve=True)),
             users, "reward")

@@ -29,10 +29,11 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset
 
 from wmrl.build import to_container
+from wmrl.config import resolve_ckpt_path
 from wmrl.finetune.reward_datasets import load_frames
 from wmrl.finetune.reward_evaluation import binary_metrics
 from wmrl.finetune.update import optimizer_step
-from wmrl.io.atomic import write_text
+from wmrl.io.atomic import check_output_dir, write_text
 from wmrl.launch.trainer import build_trainer, start_run, stop_on_sigterm
 from wmrl.rewards.resnet import build_classifier, save_checkpoint, training_input
 from wmrl.schema import check_entry
@@ -193,11 +194,12 @@ def recalibrate_batchnorm(model: torch.nn.Module, batches: list) -> None:
 
 
 def train_reward(cfg) -> dict:
-    """scripts/train_reward.py (conf/train_reward.yaml): check the config, load the frames,
-    fit (one trainer set-up), re-estimate BatchNorm, score a held-out split, save
-    ``out_dir/{model.safetensors, config.json, metrics.json}`` (each atomically); returns the
-    metrics."""
-    check_entry("train_reward", cfg)  # before any data or model loads
+    """scripts/train_reward.py (conf/train_reward.yaml): check the config (``ckpt_path=last``
+    resolved) and ``out_dir``, load the frames, fit (one trainer set-up), re-estimate
+    BatchNorm, score a held-out split, save ``out_dir/{model.safetensors, config.json,
+    metrics.json}`` (each atomically); returns the metrics."""
+    check_entry("train_reward", resolve_ckpt_path(cfg))  # before any data or model loads
+    check_output_dir(cfg.out_dir, "reward", cfg.overwrite, key="out_dir")
     run = to_container(cfg)
     data = load_frames(run)
     arch, model_cfg = run["arch"], dict(run["model"])
