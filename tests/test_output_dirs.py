@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 import wmrl.build  # noqa: F401  (the ${wmrl_assets:} resolver the configs use)
 from scripts import (
     collect,
-    fit_reward_to_imagination,
     make_assets,
     sft_policy,
 )
 from wmrl.errors import ConfigError
+from wmrl.finetune.reward_on_imagination import fit_and_save
 from wmrl.finetune.reward_trainer import train_reward
 from wmrl.finetune.world_model_build import build_world_model
 from wmrl.finetune.world_model_fit import finetune_world_model
@@ -69,7 +69,7 @@ def test_trainers_refuse_a_users_out_dir_before_reading_anything(users, tmp_path
                        f"run_dir={tmp_path}")
     refused(lambda: train_reward(cfg), users, "reward")
     cfg = hydra_config("fit_reward_to_imagination", f"data_dir={missing}", f"out_dir={users}")
-    refused(lambda: fit_reward_to_imagination.run(OmegaConf.to_container(cfg, resolve=True)),
+    refused(lambda: fit_and_save(OmegaConf.to_container(cfg, resolve=True)),
             users, "reward")
     cfg = OmegaConf.to_container(hydra_config("sft_policy", f"data_dir={missing}",
                                               f"out_dir={users}"), resolve=True)

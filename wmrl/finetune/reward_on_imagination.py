@@ -24,11 +24,13 @@ gradient's norm clipped to 1.
 
 Used by PACE rounds (``pace.reward_frames=imagined``, wmrl/pace/round.py) and once, on the
 SFT policy's episodes, by ``scripts/fit_reward_to_imagination.py`` (a stage of
-``make assets``). docs/rewards.md.
+``make assets``; ``fit_and_save``: a checkpoint in, a checkpoint + metrics.json out).
+docs/rewards.md.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,9 +41,17 @@ from wmrl.finetune.reward_data import imagined_replays
 from wmrl.finetune.reward_evaluation import binary_metrics, ranking_metrics
 from wmrl.finetune.reward_trainer import finetune_reward_model
 from wmrl.finetune.threshold_calibration import rate_matching_threshold
-from wmrl.rewards.resnet import ResNetSuccessReward, TaskResNetSuccessReward, read_checkpoint
-from wmrl.sim.dataset import Episode
+from wmrl.io.atomic import check_output_dir, write_text
+from wmrl.rewards.resnet import (
+    ResNetSuccessReward,
+    TaskResNetSuccessReward,
+    read_checkpoint,
+    save_checkpoint,
+)
+from wmrl.sim.dataset import Episode, TrajectoryDataset
+from wmrl.world_model.action_wan import ActionWanModel
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: metrics.json shows paths in it short
 REWARDS = {"resnet": ResNetSuccessReward, "resnet_task": TaskResNetSuccessReward}
 
 
@@ -143,3 +153,38 @@ def fit_reward_to_imagination(reward, optimizer: torch.optim.Optimizer, world_mo
     return {"losses": losses, "before": before, "after": after,
             "train_episodes": len(train), "held_out_episodes": len(held),
             "train_frames": len(labels), "train_positive_frames": int(labels.sum())}
+
+
+def _shown(path) -> str:
+    """A path for metrics.json: relative to the checkout when inside it (shipped assets)."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def fit_and_save(cfg: dict) -> dict:
+    """conf/fit_reward_to_imagination.yaml's run: ``out_dir`` checked, then replay, score,
+    fine-tune, score, save; returns the metrics written to ``out_dir/metrics.json``."""
+    check_output_dir(cfg["out_dir"], "reward", bool(cfg.get("overwrite")), key="out_dir")
+    dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
+    episodes = [ep for d in dirs for ep in TrajectoryDataset(d)]
+    if not episodes:
+        raise ValueError(f"data_dir={dirs}: no episodes")
+    reward, config = load_reward(str(cfg["reward_dir"]))
+    world_model = ActionWanModel.from_pretrained(cfg["world_model_dir"]).eval()
+    torch.manual_seed(int(cfg["seed"]))
+    optimizer = torch.optim.AdamW(reward.model.parameters(), lr=float(cfg["lr"]))
+    out = fit_reward_to_imagination(
+        reward, optimizer, world_model, episodes, int(cfg["steps"]), int(cfg["batch_size"]),
+        float(cfg["success_threshold"]), float(cfg["holdout"]),
+        int(cfg["num_inference_steps"]), int(cfg["seed"]))
+    losses = out.pop("losses")
+    k = max(1, len(losses) // 10)
+    metrics = {"reward_dir": _shown(cfg["reward_dir"]),
+               "world_model_dir": _shown(cfg["world_model_dir"]),
+               "data_dir": [_shown(d) for d in dirs], "episodes": len(episodes),
+               "steps": int(cfg["steps"]), "success_threshold": float(cfg["success_threshold"]),
+               "loss_first": sum(losses[:k]) / k if losses else None,
+               "loss_last": sum(losses[-k:]) / k if losses else None, **out}
+    save_checkpoint(reward.model, config or {"arch": "resnet", **reward.config}, cfg["out_dir"])
+    write_text(str(Path(cfg["out_dir"]) / "metrics.json"), json.dumps(metrics, indent=2))
+    return metrics
