@@ -17,7 +17,6 @@ import wmrl.build  # noqa: F401  (the ${wmrl_assets:} resolver the configs use)
 from scripts import (
     collect,
     make_assets,
-    sft_policy,
 )
 from wmrl.errors import ConfigError
 from wmrl.finetune.reward_on_imagination import fit_and_save
@@ -25,6 +24,7 @@ from wmrl.finetune.reward_trainer import train_reward
 from wmrl.finetune.world_model_build import build_world_model
 from wmrl.finetune.world_model_fit import finetune_world_model
 from wmrl.io.atomic import check_output_dir, written_by
+from wmrl.pipeline.sft_policy import train_sft_policy
 from wmrl.rewards.resnet import build_classifier, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,9 +73,9 @@ def test_trainers_refuse_a_users_out_dir_before_reading_anything(users, tmp_path
             users, "reward")
     cfg = OmegaConf.to_container(hydra_config("sft_policy", f"data_dir={missing}",
                                               f"out_dir={users}"), resolve=True)
-    refused(lambda: sft_policy.run(cfg), users, "policy")
+    refused(lambda: train_sft_policy(cfg), users, "policy")
     with pytest.raises(FileNotFoundError):  # overwrite=true: past the check, to the data
-        sft_policy.run({**cfg, "overwrite": True})
+        train_sft_policy({**cfg, "overwrite": True})
     cfg = collect.load_config(str(ROOT / "conf/sim/tabletop.yaml"), [f"collect.out_dir={users}"])
     refused(lambda: collect.collect(cfg), users, "collect", key="collect.out_dir",
             flag="collect.overwrite=true")

@@ -7,6 +7,7 @@ imported here; one module per artifact:
 ``task_from_lerobot.py`` your own task from a LeRobot dataset: the three stages in one command
                       (``scripts/task_from_lerobot.py``).
 ``sft.py``            behaviour cloning of the base policy.
+``sft_policy.py``     the SFT run: train, save, check in the sim (``scripts/sft_policy.py``).
 ``export.py``         a fit's result out of wmrl (the policy, PACE's world model).
 
 It imports the runtime; the runtime never imports it. Only what measures it sits above it
