@@ -4,13 +4,13 @@ dataset round trip, collection script."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from toys import count_renders, expert_actions
 
+from wmrl.sim import collect
 from wmrl.sim.dataset import Episode, TrajectoryDataset, TrajectoryWriter
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
 from wmrl.sim.expert import ScriptedExpert
@@ -311,10 +311,7 @@ def test_dataset_round_trip(tmp_path):
                 "a").validate()
 
 
-def test_collect_script_with_expert(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import collect
-
+def test_collect_with_expert(tmp_path):
     cfg = collect.load_config(str(ROOT / "conf/sim/tabletop.yaml"), [
         f"collect.out_dir={tmp_path / 'ds'}", "collect.episodes_per_task=2",
         "collect.num_envs=2", "env.image_size=[16,16]", "collect.tasks=[red_on_plate,red_left]",

@@ -9,4 +9,5 @@ train it. Parts, one file each:
 * ``libero_adapter.py`` / ``libero_vec.py``: LIBERO behind the same interface (``make libero``);
 * ``episodes.py``: any action source (expert, policy) rolled out in a simulator -> ``Episode``s;
 * ``dataset.py``: ``Episode`` and the on-disk trajectory dataset.
+* ``collect.py``: rollouts collected into a dataset (``scripts/collect.py``).
 """
