@@ -1,7 +1,8 @@
 """No command deletes what it did not write: every script that writes a folder refuses, in one
 line and before any work, an output folder holding a user's file (``notes.txt``), and
-``overwrite=true`` / ``--force`` lets it through (``wmrl.io.atomic.check_output_dir``). The
-importers and exports are tested beside their own tests (tests/pipeline/, test_task_from_lerobot).
+``overwrite=true`` / ``--force`` lets it through (``wmrl.io.atomic.check_output_dir``); tested
+through the function each script calls. The importers and exports are tested beside their own
+tests (tests/pipeline/, test_task_from_lerobot).
 """
 
 from __future__ import annotations
@@ -14,18 +15,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import wmrl.build  # noqa: F401  (the ${wmrl_assets:} resolver the configs use)
-from scripts import (
-    collect,
-    make_assets,
-)
 from wmrl.errors import ConfigError
 from wmrl.finetune.reward_on_imagination import fit_and_save
 from wmrl.finetune.reward_trainer import train_reward
 from wmrl.finetune.world_model_build import build_world_model
 from wmrl.finetune.world_model_fit import finetune_world_model
 from wmrl.io.atomic import check_output_dir, written_by
+from wmrl.pipeline.assets import OUTPUTS, check_outputs, make_assets
 from wmrl.pipeline.sft_policy import train_sft_policy
 from wmrl.rewards.resnet import build_classifier, save_checkpoint
+from wmrl.sim import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,15 +95,13 @@ def test_a_collection_and_a_reward_are_marked_as_their_writers(tmp_path):
         check_output_dir(tmp_path / "reward", "world_model")
 
 
-def test_make_assets_can_rewrite_the_checked_in_assets_and_refuses_a_users_folder(
-        tmp_path, capsys):
-    make_assets.check_outputs(ROOT / "wmrl" / "assets", make_assets.OUTPUTS, force=False)
+def test_make_assets_can_rewrite_the_checked_in_assets_and_refuses_a_users_folder(tmp_path):
+    check_outputs(ROOT / "wmrl" / "assets", OUTPUTS, force=False)
     assets, data = tmp_path / "assets", tmp_path / "data"
     (assets / "reward").mkdir(parents=True)
     (assets / "reward" / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit) as stop:
-        make_assets.main(["--assets", str(assets), "--data", str(data)])
-    assert stop.value.code == 2 and not data.exists()  # no stage ran
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"--assets={assets / 'reward'} holds files" in err[0]
-    assert "pass --force" in err[0]
+    with pytest.raises(ConfigError) as err:
+        make_assets(data, assets)
+    assert not data.exists()  # no stage ran
+    assert f"--assets={assets / 'reward'} holds files" in str(err.value)
+    assert "pass --force" in str(err.value) and "\n" not in str(err.value)

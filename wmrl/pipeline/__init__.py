@@ -9,6 +9,7 @@ imported here; one module per artifact:
 ``sft.py``            behaviour cloning of the base policy.
 ``sft_policy.py``     the SFT run: train, save, check in the sim (``scripts/sft_policy.py``).
 ``export.py``         a fit's result out of wmrl (the policy, PACE's world model).
+``assets.py``         the shipped tiny checkpoints rebuilt, stage by stage (``make assets``).
 
 It imports the runtime; the runtime never imports it. Only what measures it sits above it
 (``wmrl/full_size_check/`` runs the RLinf import at full size, ``wmrl/bench/rlinf_import.py``
