@@ -14,6 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # runs), the world-model trainer (its clips, module and step), the reward trainer's modules,
 # the LeRobot reader and export
 NO_SIMULATOR = ("wmrl.config", "wmrl.schema", "wmrl.fit", "wmrl.launch.trainer",
+                "wmrl.eval.wm_fidelity",
                 "wmrl.finetune.world_model", "wmrl.finetune.world_model_module",
                 "wmrl.finetune.world_model_clips", "wmrl.finetune.world_model_fit",
                 "wmrl.finetune.world_model_build", "wmrl.finetune.update",

@@ -15,5 +15,8 @@ file each:
   (``scripts/compare_runs.py``);
 * ``success_threshold.py``: the world model's success threshold read closed loop against the
   simulator (``scripts/calibrate_threshold.py``);
-* ``side_by_side.py``: the policy in the world model beside the policy in the simulator.
+* ``side_by_side.py``: the policy in the world model beside the policy in the simulator;
+* ``wm_fidelity.py``: a world model's fidelity over whole recorded episodes replayed open loop
+  (PSNR / SSIM against baselines, block positions, the reward's verdicts per chunk;
+  ``scripts/wm_report.py``).
 """
