@@ -84,8 +84,8 @@ def test_train_reward_gives_the_old_loops_losses(tmp_path, step_losses):
     assert metrics["accuracy"] == pytest.approx(OLD_ACCURACY["resnet"])
     assert {"config.json", "metrics.json", "model.safetensors"} <= {
         p.name for p in (tmp_path / "out").iterdir()}
-    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt",
-                      weights_only=True)["global_step"] == 4
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 4
 
 
 def test_dropout_too_and_a_resumed_run_ends_with_the_straight_runs_weights(tmp_path,
