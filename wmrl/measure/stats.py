@@ -32,7 +32,7 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float
 
 
 def rate_with_interval(k: int, n: int) -> str:
-    """``"44.1% [38.1, 50.2]"``: a success rate in percent with its 95% Wilson interval."""
+    """``"44.1% [38.2, 50.3]"``: a success rate in percent with its 95% Wilson interval."""
     lo, hi = wilson(k, n)
     return f"{100 * k / max(n, 1):.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
 
