@@ -16,7 +16,7 @@ from wmrl.envs.initial_states import synthetic_initial_states
 from wmrl.envs.wan_env import WanWorldModelEnv
 from wmrl.finetune import world_model as T
 from wmrl.finetune.world_model_module import train_stage
-from wmrl.io.atomic import check_output_dir
+from wmrl.io.atomic import check_output_dir, write_text
 from wmrl.rewards.resnet import ResNetSuccessReward
 from wmrl.world_model.action_wan import ActionWanModel
 
@@ -175,6 +175,6 @@ def _build(cfg: dict, log=print) -> dict:
     metrics["chunk_step_s_b32_1thread"] = chunk_step_seconds(model, cfg, 32, 1) if ev.get(
         "reward_checkpoint") else None
     metrics["total_seconds"] = time.time() - t_start
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_text(out_dir / "metrics.json", json.dumps(metrics, indent=2))  # atomically
     log(json.dumps(metrics, indent=2))
     return metrics
