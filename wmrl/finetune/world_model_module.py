@@ -223,7 +223,7 @@ class WorldModelFinetune(L.LightningModule):
 
     def configure_optimizers(self):
         opt = self.make_optimizer()
-        total = max(int(self.trainer.max_steps), 1) if self.trainer.max_steps > 0 else 1
+        total = max(int(self.trainer.max_steps), 1)  # max_steps=-1 (unset): 1
         # stepped by ``step`` (manual optimization); Lightning saves and restores its state
         sched = self.make_schedule(opt, total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
