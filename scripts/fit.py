@@ -6,16 +6,11 @@
     python scripts/fit.py ckpt_path=last hydra.run.dir=outputs/...     # the same, same run dir
 """
 
-import os
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from wmrl.config import check_paths, resolve_ckpt_path, validate  # noqa: E402
-from wmrl.errors import exit_on_config_error  # noqa: E402
+from wmrl.config import check_paths, resolve_ckpt_path, validate
+from wmrl.errors import exit_on_config_error
 
 
 def checked_fit(cfg: DictConfig) -> None:

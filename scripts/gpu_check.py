@@ -24,16 +24,15 @@ import sys
 import tempfile
 import time
 
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+
+from strategies import devices
+from wmrl.build import build, to_container
+from wmrl.config import compose_config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from strategies import devices  # noqa: E402
-from wmrl.build import build, to_container  # noqa: E402
-from wmrl.config import compose_config  # noqa: E402
 
 PLACEMENTS = {  # placement -> overrides (on one card: env and policy actors take half each)
     "collocated": ["rollout.placement=collocated", "rollout.weight_sync.transport=device"],

@@ -20,16 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from wmrl.build import to_container  # noqa: E402
-from wmrl.config import ConfigError, compose_config  # noqa: E402
-from wmrl.eval.policy_checkpoint import load_policy  # noqa: E402
-from wmrl.eval.side_by_side import imagined_vs_real  # noqa: E402
-from wmrl.io.atomic import atomic_path  # noqa: E402
-from wmrl.io.videos import save_gif, side_by_side_video  # noqa: E402
+from wmrl.build import to_container
+from wmrl.config import ConfigError, compose_config
+from wmrl.eval.policy_checkpoint import load_policy
+from wmrl.eval.side_by_side import imagined_vs_real
+from wmrl.io.atomic import atomic_path
+from wmrl.io.videos import save_gif, side_by_side_video
 
 
 def figure(results, chunk: int, path: str, title: str) -> None:

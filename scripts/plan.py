@@ -22,19 +22,16 @@ LoRA (``+plan.lora_rank``, default 32), ``+plan.finetune_clips`` clips per rank 
 ``data.batch_size`` of conf/finetune_world_model.yaml), formulas in ``wmrl/plan/finetune.py``.
 """
 
-import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from wmrl.config import ConfigError, validate  # noqa: E402
-from wmrl.plan.compose import REAL_SIZE, options_from  # noqa: E402
-from wmrl.plan.finetune import make_finetune_plan  # noqa: E402
-from wmrl.plan.memory import make_plan  # noqa: E402
-from wmrl.plan.report import (  # noqa: E402
+from wmrl.config import ConfigError, validate
+from wmrl.plan.compose import REAL_SIZE, options_from
+from wmrl.plan.finetune import make_finetune_plan
+from wmrl.plan.memory import make_plan
+from wmrl.plan.report import (
     finetune_json_lines,
     format_finetune_table,
     format_table,

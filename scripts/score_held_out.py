@@ -15,14 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from wmrl.config import ConfigError  # noqa: E402
-from wmrl.eval.held_out import held_out_config, score_runs  # noqa: E402
+from wmrl.config import ConfigError
+from wmrl.eval.held_out import held_out_config, score_runs
 
 
 def main(argv: list[str]) -> int:
