@@ -112,13 +112,15 @@ def train_stage(model: ActionWanModel, part: str, stage: dict[str, Any], data, s
     ``WorldModelFinetune`` settings; ``data`` a ``ClipSet`` (``part=vae``) or (cached latents,
     actions) (``part=dit``); one generator seeded with ``seed`` draws the clips and the
     objective's noise. Returns the loss per step."""
-    settings = {k: v for k, v in stage.items() if k not in STAGE_KEYS}
+    # init_from is read by the build for vae_train only: on transformer_train it is refused
+    stage_keys = STAGE_KEYS if part == "vae" else tuple(k for k in STAGE_KEYS if k != "init_from")
+    settings = {k: v for k, v in stage.items() if k not in stage_keys}
     known = set(inspect.signature(WorldModelFinetune).parameters) - {"world_model", "part",
                                                                       "seed"}
     if set(settings) - known:
         key = "vae_train" if part == "vae" else "transformer_train"
         raise ConfigError(f"{key}: unknown settings {sorted(set(settings) - known)} (the "
-                          f"stage's {list(STAGE_KEYS)} or WorldModelFinetune's {sorted(known)})")
+                          f"stage's {list(stage_keys)} or WorldModelFinetune's {sorted(known)})")
     steps = int(stage["steps"])
     if steps <= 0:
         return []
