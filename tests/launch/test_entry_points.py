@@ -55,6 +55,17 @@ def test_finetune_world_model_refuses_a_bad_setting_before_any_data_or_model(ove
     assert error in str(err.value) and "\n" not in str(err.value)
 
 
+def test_finetune_world_model_refuses_a_folder_that_is_no_world_model(tmp_path):
+    """An existing folder without the world model's config files is refused before any data
+    loads (the same test as the plan's and the asset checks': is_world_model_dir)."""
+    (tmp_path / "wm").mkdir()
+    with pytest.raises(ConfigError) as err:
+        finetune_world_model(finetune_cfg(f"world_model.path={tmp_path / 'wm'}",
+                                          f"out_dir={tmp_path / 'out'}"))
+    assert "is not a world-model directory" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("override, error", [
     ("arch=resnet18", "arch: Invalid value 'resnet18', expected one of [resnet, resnet_task]"),
     ("data_format=hdf5", "data_format: Invalid value 'hdf5'"),

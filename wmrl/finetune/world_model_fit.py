@@ -15,6 +15,7 @@ from wmrl.finetune.world_model_module import WorldModelFinetune
 from wmrl.io.atomic import check_output_dir
 from wmrl.launch.trainer import build_trainer, start_run, stop_on_sigterm
 from wmrl.schema import check_entry
+from wmrl.world_model.files import CONFIG_FILES, is_world_model_dir
 
 SCRIPT = "scripts/finetune_world_model.py"  # named in the resume command
 
@@ -25,10 +26,10 @@ def finetune_world_model(cfg: DictConfig):
     check_entry("finetune_world_model", resolve_ckpt_path(cfg))
     check_output_dir(cfg.out_dir, "world_model", cfg.overwrite, key="out_dir")
     wm_path = cfg.world_model.get("path")
-    if wm_path and not os.path.isdir(wm_path):
-        raise ConfigError(f"world_model.path={wm_path!r} is not a folder: give a world-model "
-                          "directory (scripts/import_rlinf.py or scripts/train_world_model.py "
-                          "writes one)")
+    if wm_path and not is_world_model_dir(wm_path):
+        raise ConfigError(f"world_model.path={wm_path!r} is not a world-model directory (it "
+                          f"needs {', '.join(CONFIG_FILES)}): give one that "
+                          "scripts/import_rlinf.py or scripts/train_world_model.py wrote")
     out_dir = os.path.abspath(str(cfg.out_dir))
     start_run(cfg.seed)
     data = WorldModelClipData(**to_container(cfg.data), seed=cfg.seed)  # reads the metadata
