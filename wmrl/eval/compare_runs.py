@@ -8,6 +8,7 @@ import math
 import os
 import re
 
+from wmrl.io.atomic import atomic_path
 from wmrl.measure.run_logs import Series, align, compare, read_metric
 
 
@@ -47,8 +48,8 @@ def plot(a: Series, b: Series, res: dict, path: str) -> str:
     bottom.set_ylabel("B - A")
     bottom.set_xlabel("step")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:  # the format by the path's suffix, png without one
+        fig.savefig(tmp, dpi=100, format=os.path.splitext(path)[1].lstrip(".") or "png")
     plt.close(fig)
     return path
 
