@@ -22,13 +22,15 @@ def require(key: str, value: object, ok: bool, allowed: str) -> None:
 
 
 def require_positive(prefix: str, obj: object, *names: str, allow_zero: bool = False) -> None:
-    """Each of ``obj``'s attributes ``names`` is > 0 (>= 0 with ``allow_zero``) or None."""
+    """Each of ``obj``'s attributes ``names`` is > 0 (>= 0 with ``allow_zero``) or None; the
+    key named is ``prefix.name`` (``name`` alone for an empty ``prefix``: a top-level key)."""
     for name in names:
         value = getattr(obj, name)
         if value is None:
             continue
         ok = value >= 0 if allow_zero else value > 0
-        require(f"{prefix}.{name}", value, ok, "must be >= 0" if allow_zero else "must be > 0")
+        require(f"{prefix}.{name}" if prefix else name, value, ok,
+                "must be >= 0" if allow_zero else "must be > 0")
 
 
 def require_choice(key: str, value: object, choices: tuple[str, ...] | list[str]) -> None:

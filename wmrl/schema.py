@@ -470,11 +470,8 @@ class TrainRewardConfig:
     trainer: Dict[str, Any] = MISSING
 
     def __post_init__(self) -> None:
-        for key in ("steps", "batch_size", "lr", "gradient_clip_norm"):
-            value = getattr(self, key)
-            require(key, value, value is None or value > 0, "must be > 0")
-        for key in ("weight_decay", "log_every"):
-            require(key, getattr(self, key), getattr(self, key) >= 0, "must be >= 0")
+        require_positive("", self, "steps", "batch_size", "lr", "gradient_clip_norm")
+        require_positive("", self, "weight_decay", "log_every", allow_zero=True)
         require("val_fraction", self.val_fraction, 0 <= self.val_fraction < 1,
                 "must be in [0, 1) (the share of frames held out to score the reward)")
 
