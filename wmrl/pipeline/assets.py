@@ -5,13 +5,12 @@ subprocess (their configs hold the hyper-parameters)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from wmrl.io.atomic import check_output_dir
+from wmrl.io.atomic import check_output_dir, write_text
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the stages are its scripts
 
@@ -115,7 +114,7 @@ def make_all(data: Path, assets: Path, recipe: dict, tasks: str, episodes: int,
         f"tasks={tasks}", f"init_from={world_model}", "transformer_train.steps=0",
         f"eval.reward_checkpoint={reward}", "eval.replay_episodes=256",
         f"out_dir={replay}")
-    shutil.copy(replay / "metrics.json", world_model / "metrics_replay_reward.json")
+    write_text(world_model / "metrics_replay_reward.json", (replay / "metrics.json").read_text())
 
 
 def make_assets(data: Path, assets: Path, recipe: str = "paced", tasks: str | None = None,
