@@ -172,7 +172,7 @@ def imagine(model, reward: Callable | None, episodes: Sequence[Episode], num_inf
     n_chunks = max(math.ceil(len(ep) / chunk) for ep in episodes)
     infos = open_loop_replay(env, episodes, n_chunks, chunk)
     first = np.stack([ep.frames[0] for ep in episodes])[:, None]
-    frames = np.concatenate([first] + [inf["frames"].numpy() for inf in infos], 1)
+    frames = np.concatenate([first] + [inf["frames"].cpu().numpy() for inf in infos], 1)
     scores = torch.cat([torch.zeros(len(episodes), 1)] + [inf["scores"].float().cpu()
                                                            for inf in infos], 1)
     return frames, scores.numpy()
