@@ -145,7 +145,7 @@ def _build(cfg: dict, log=print) -> dict:
     log(f"encoded {len(train)} clips -> {tuple(latents.shape)} in {time.time() - t0:.0f}s")
     t0 = time.time()
     dit_losses = train_stage(model, "dit", dict(cfg["transformer_train"]),
-                             (latents, train.actions), int(cfg["seed"]), log)
+                             (latents, train.actions), int(cfg["seed"]), log, episodes=train_eps)
     metrics["transformer_train_seconds"] = time.time() - t0
     if dit_losses or not cfg.get("init_from") or Path(cfg["init_from"]) != out_dir:
         model.save_pretrained(out_dir)

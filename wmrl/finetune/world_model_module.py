@@ -31,7 +31,13 @@ frames generated from the true condition frames and actions (``num_inference_ste
 steps, fixed noise) against the true ones: ``val/psnr``, ``val/ssim`` (torchmetrics, per
 frame, after the env's uint8 rounding), beside the copy-the-last-frame baseline
 (``val/copy_psnr``); the first clips' imagined | real frames go to
-``<video_dir>/step_<N>.gif``.
+``<video_dir>/step_<N>.gif``. With ``horizon_episodes`` N > 0, the first N held-out episodes
+are also replayed open loop over the whole episode (``horizon_report``, the fidelity report
+of ``scripts/wm_report.py``, handed in from above: the floor plan keeps finetune from
+importing eval), its per-chunk lines printed and its last chunk's figures logged
+(``horizon_metrics``: ``val/horizon_psnr`` beside ``val/horizon_copy_first_psnr``, each
+block's ``val/horizon_<block>_median_px`` and ``_vanished``): the drift one chunk from true
+frames never shows.
 
 Checkpoints hold the trainable parameters only (with LoRA: the adapters, megabytes at 5B);
 the frozen rest comes from ``world_model.path`` again on resume, so ``strict_loading`` is off.
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +62,12 @@ from torch.distributed.fsdp import FSDPModule
 from wmrl.algorithms.lr_schedule import LR_SCHEDULES, lr_multiplier
 from wmrl.errors import ConfigError
 from wmrl.finetune.image_metrics import psnr, ssim, u8_video_to_unit
+from wmrl.finetune.own_context import own_context_clips
 from wmrl.finetune.update import optimizer_step
 from wmrl.finetune.world_model import ClipSet, clip_sampling_weights, predict_chunk
 from wmrl.io.pixels import u8_to_unit_torch
 from wmrl.io.videos import save_gif, side_by_side_video
+from wmrl.sim.dataset import Episode
 from wmrl.weights.lora import lora_config
 from wmrl.world_model.action_wan import ActionWanModel, build_world_model
 from wmrl.world_model.clip_layout import CONDITION_FRAMES
@@ -106,12 +115,13 @@ STAGE_KEYS = ("steps", "batch_size", "max_seconds", "log_every", "init_from")
 
 
 def train_stage(model: ActionWanModel, part: str, stage: dict[str, Any], data, seed: int,
-                log=print) -> list[float]:
+                log=print, episodes: Sequence[Episode] | None = None) -> list[float]:
     """One stage of the asset build (conf/train_world_model.yaml's ``vae_train`` or
     ``transformer_train``) without a Trainer: its keys but ``STAGE_KEYS`` are
     ``WorldModelFinetune`` settings; ``data`` a ``ClipSet`` (``part=vae``) or (cached latents,
-    actions) (``part=dit``); one generator seeded with ``seed`` draws the clips and the
-    objective's noise. Returns the loss per step."""
+    actions) (``part=dit``, with ``episodes`` the recorded episodes they were cut from, which
+    ``own_context_fraction`` replays); one generator seeded with ``seed`` draws the clips and
+    the objective's noise. Returns the loss per step."""
     # init_from is read by the build for vae_train only: on transformer_train it is refused
     stage_keys = STAGE_KEYS if part == "vae" else tuple(k for k in STAGE_KEYS if k != "init_from")
     settings = {k: v for k, v in stage.items() if k not in stage_keys}
@@ -125,10 +135,38 @@ def train_stage(model: ActionWanModel, part: str, stage: dict[str, Any], data, s
     if steps <= 0:
         return []
     trainer = WorldModelFinetune(model, part=part, seed=seed, **settings)
-    fit = trainer.fit_pixels if part == "vae" else trainer.fit_latents
-    return fit(*(data if isinstance(data, tuple) else (data,)), steps, int(stage["batch_size"]),
-               torch.Generator().manual_seed(seed), log_every=int(stage.get("log_every", 0)),
-               log=log, max_seconds=stage.get("max_seconds"))
+    progress = dict(log_every=int(stage.get("log_every", 0)), log=log,
+                    max_seconds=stage.get("max_seconds"))
+    gen = torch.Generator().manual_seed(seed)
+    if part == "vae":
+        return trainer.fit_pixels(data, steps, int(stage["batch_size"]), gen, **progress)
+    return trainer.fit_latents(*data, steps, int(stage["batch_size"]), gen, episodes=episodes,
+                               **progress)
+
+
+HORIZON_BLOCK_KEYS = ("median_px", "vanished")
+
+
+def horizon_metrics(report: dict) -> dict[str, float]:
+    """The headline figures of a fidelity report (``wmrl.eval.wm_fidelity.fidelity_report``)
+    at its last chunk c = n_chunks, frame t = min(8c, T) of each episode:
+    ``val/horizon_psnr`` (imagined x̂_t vs recorded x_t), ``val/horizon_copy_first_psnr`` (x_0
+    vs x_t), per block ``val/horizon_<block>_median_px`` (median centre error in px over the
+    episodes where both frames show it) and ``val/horizon_<block>_vanished`` (the share of the
+    episodes showing it whose imagined frame lacks it), and ``val/horizon_chunks`` /
+    ``val/horizon_episodes``. A figure the report has none of (null: a block never recorded,
+    or never in both frames) is left out, not logged as NaN."""
+    last = report["chunks"][-1]
+    out = {"val/horizon_psnr": float(last["psnr"]),
+           "val/horizon_copy_first_psnr": float(last["copy_first_psnr"]),
+           "val/horizon_chunks": float(report["n_chunks"]),
+           "val/horizon_episodes": float(report["n_episodes"])}
+    for block, figures in last["blocks"].items():
+        for key in HORIZON_BLOCK_KEYS:
+            value = figures.get(key)
+            if value is not None and np.isfinite(value):
+                out[f"val/horizon_{block}_{key}"] = float(value)
+    return out
 
 
 class WorldModelFinetune(L.LightningModule):
@@ -143,10 +181,15 @@ class WorldModelFinetune(L.LightningModule):
                  lr_min_ratio: float = 0.0, grad_clip: float | None = None,
                  gripper_event_weight: float = 1.0, part: str = "dit",
                  gradient_checkpointing: bool = False, num_inference_steps: int = 5,
-                 video_clips: int = 2, video_dir: str | None = None, seed: int = 0):
+                 own_context_fraction: float = 0.0, own_context_refresh: int = 200,
+                 own_context_episodes: int = 64,
+                 video_clips: int = 2, video_dir: str | None = None,
+                 horizon_episodes: int = 0, horizon_report: Callable | None = None,
+                 seed: int = 0):
         super().__init__()
         built = isinstance(world_model, ActionWanModel)
-        self.save_hyperparameters(ignore=["world_model"] if built else None)
+        # horizon_report is a function: no hyperparameter (checkpoints load weights_only)
+        self.save_hyperparameters(ignore=["horizon_report", *(["world_model"] if built else [])])
         if part not in PARTS:
             raise ConfigError(f"part={part!r} is not allowed: one of {PARTS}")
         if part == "vae" and lora is not None:
@@ -155,9 +198,22 @@ class WorldModelFinetune(L.LightningModule):
             raise ConfigError(f"grad_clip={grad_clip} must be > 0 or null (no clipping)")
         if gripper_event_weight <= 0:
             raise ConfigError(f"gripper_event_weight={gripper_event_weight} must be > 0")
+        if not 0.0 <= own_context_fraction < 1.0:
+            raise ConfigError(f"own_context_fraction={own_context_fraction} must be in [0, 1)")
+        if own_context_refresh < 1 or own_context_episodes < 1:
+            raise ConfigError(f"own_context_refresh={own_context_refresh} and "
+                              f"own_context_episodes={own_context_episodes} must be >= 1")
         if lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"lr_schedule={lr_schedule!r} is not allowed: one of "
                               f"{LR_SCHEDULES}")
+        if horizon_episodes < 0:
+            raise ConfigError(f"horizon_episodes={horizon_episodes} must be >= 0 (0: off)")
+        if horizon_episodes and horizon_report is None:
+            raise ConfigError(f"horizon_episodes={horizon_episodes} needs horizon_report "
+                              "(wmrl.eval.wm_fidelity.fidelity_report; "
+                              "scripts/finetune_world_model.py passes it): pass it or set "
+                              "horizon_episodes=0")
+        self.horizon_report = horizon_report
         self.world_model_cfg = None if built else dict(world_model)
         self.objective = build_objective(objective, part)
         self.lora = None if lora is None else dict(lora)
@@ -253,19 +309,52 @@ class WorldModelFinetune(L.LightningModule):
             self.schedule = self.make_schedule(self.optimizer, max(int(total_steps), 1))
 
     def fit_latents(self, latents: torch.Tensor, actions: torch.Tensor, steps: int,
-                    batch_size: int, generator: torch.Generator, **progress) -> list[float]:
+                    batch_size: int, generator: torch.Generator,
+                    episodes: Sequence[Episode] | None = None, **progress) -> list[float]:
         """``steps`` steps of the DiT on random batches of cached clip latents [N, C, 4, h, w]
         (``encode_clips``) and their actions [N, 13, D]; returns the loss per step.
-        ``progress``: ``log_every``, ``log``, ``max_seconds`` (a wall-time cap)."""
+        ``progress``: ``log_every``, ``log``, ``max_seconds`` (a wall-time cap).
+
+        With ``own_context_fraction`` f > 0, round(f * batch_size) clips of each batch have the
+        model's own imagined context (wmrl/finetune/own_context.py): every
+        ``own_context_refresh`` steps, from step 0, ``own_context_episodes`` of ``episodes``
+        (the recorded episodes the latents come from) drawn at random are replayed open loop
+        through the current model and their clips encoded; the rest of the batch as without."""
         if latents.shape[0] != actions.shape[0]:
             raise ValueError(f"{latents.shape[0]} latent clips but {actions.shape[0]} "
                              "action clips")
-        w = self.hparams.gripper_event_weight
+        h = self.hparams
+        w = h.gripper_event_weight
         weights = None if w == 1.0 else clip_sampling_weights(actions.cpu(), w)
+        n_own = round(h.own_context_fraction * batch_size)
+        if n_own and not episodes:
+            raise ConfigError("own_context_fraction > 0 replays recorded episodes through the "
+                              "model: this caller gave none (set own_context_fraction=0)")
+        own: dict[str, Any] = {"step": 0}
+
+        def refresh_own(gen: torch.Generator) -> None:
+            pick = torch.randperm(len(episodes), generator=gen)[: h.own_context_episodes]
+            seed = int(torch.randint(2 ** 31, (1,), generator=gen))
+            lat, act = own_context_clips(self.model, [episodes[i] for i in pick.tolist()],
+                                         h.num_inference_steps, seed)
+            # the env that replayed them froze the model (eval, no grad): train it again
+            self.model.transformer.train()
+            self.model.action.train()
+            for p in self.trainable_parameters().values():
+                p.requires_grad_(True)
+            own.update(latents=lat, actions=act.to(latents.device))
 
         def batch_loss(gen: torch.Generator) -> torch.Tensor:
-            idx = draw_clips(len(latents), batch_size, gen, weights).to(latents.device)
-            return self.latent_loss(latents[idx], actions[idx], gen)
+            if n_own and own["step"] % h.own_context_refresh == 0:
+                refresh_own(gen)
+            own["step"] += 1
+            idx = draw_clips(len(latents), batch_size - n_own, gen, weights).to(latents.device)
+            lat, act = latents[idx], actions[idx]
+            if n_own and len(own["latents"]):
+                j = torch.randint(len(own["latents"]), (n_own,), generator=gen)
+                lat = torch.cat([lat, own["latents"][j.to(lat.device)]])
+                act = torch.cat([act, own["actions"][j.to(act.device)]])
+            return self.latent_loss(lat, act, gen)
 
         return self._fit(batch_loss, steps, generator, "dit", **progress)
 
@@ -380,6 +469,42 @@ class WorldModelFinetune(L.LightningModule):
             out = Path(self.hparams.video_dir)
             out.mkdir(parents=True, exist_ok=True)
             save_gif(video, str(out / f"step_{self.global_step}.gif"), fps=5, scale=1)
+        if self.hparams.horizon_episodes and not self.trainer.sanity_checking:
+            data = self.trainer.datamodule
+            if not hasattr(data, "held_out_episodes"):
+                raise ConfigError(f"horizon_episodes={self.hparams.horizon_episodes} replays "
+                                  "the held-out episodes of a WorldModelClipData: validate "
+                                  "with datamodule=... or set horizon_episodes=0")
+            episodes = data.held_out_episodes(self.hparams.horizon_episodes)
+            self.log_dict(self.horizon_figures(episodes), sync_dist=True)
+
+    def horizon_figures(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """``horizon_metrics`` of ``episodes`` replayed open loop over the whole episode
+        (``horizon_report``: the env from each first frame, fed the recorded actions chunk by
+        chunk, its own frames its context after the first chunk), in eval mode without grad;
+        the modules' train modes and requires_grad flags restored after (the env freezes the
+        model it is given). Every rank replays the same episodes with the same noise (seeded
+        with ``seed``): a sharded (FSDP) model needs the same forward calls on every rank,
+        and medians and shares of episodes are not means that ranks could average; the
+        figures do not depend on the number of ranks."""
+        model = self.model
+        modes = [(m, m.training) for m in model.modules()]
+        grads = [(p, p.requires_grad) for p in model.parameters()]
+        quiet = self._trainer is not None and not self.trainer.is_global_zero
+        say = (lambda line: None) if quiet else print
+        say(f"horizon replay at step {self.global_step}: {len(episodes)} held-out episode(s) "
+            "open loop, each chunk's last frame against the recorded one")
+        try:
+            with torch.no_grad():
+                report, _ = self.horizon_report(
+                    model.eval(), episodes, num_inference_steps=self.hparams.num_inference_steps,
+                    seed=self.hparams.seed, log=say)
+        finally:
+            for m, training in modes:
+                m.train(training)
+            for p, needed in grads:
+                p.requires_grad_(needed)
+        return horizon_metrics(report)
 
     # ---------------------------------------------------------------- export
     def export(self, out: str | Path) -> Path | None:
