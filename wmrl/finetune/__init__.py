@@ -10,6 +10,8 @@ scripts) and during a fit (PACE, ``wmrl.pace``). Parts, one file each:
 * ``world_model.py``: clips from episodes, cached latents, quality and replay checks
   (imagined vs real success) around it;
 * ``world_model_clips.py``: the fine-tune's clip stream from LeRobot / trajectory datasets;
+* ``own_context.py``: clips whose context is the world model's own imagination (the trainer's
+  ``own_context_fraction``);
 * ``update.py``: one optimizer update (backward, gradient clip, step, lr schedule), the step
   of every trainer here;
 * ``reward_data.py``: labelled reward frames (simulator frames and the world model's replays);
