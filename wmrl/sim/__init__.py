@@ -5,6 +5,8 @@ train it. Parts, one file each:
   config checks and the trainers read: they never load a simulator);
 * ``tabletop.py``: the CPU MuJoCo tabletop suite (scene, success, ``TabletopVecEnv``; MuJoCo
   is imported where a scene is built);
+* ``camera.py``: a tabletop camera's pinhole projection, world points to pixels (the privileged
+  state's blocks in the image; MuJoCo only to read the camera);
 * ``expert.py``: the scripted expert that collects its demonstrations;
 * ``libero_adapter.py`` / ``libero_vec.py``: LIBERO behind the same interface (``make libero``);
 * ``episodes.py``: any action source (expert, policy) rolled out in a simulator -> ``Episode``s;
