@@ -10,7 +10,10 @@ scripts/train_world_model.py instead. Both train through the one world-model tra
     python scripts/finetune_world_model.py ... ckpt_path=last hydra.run.dir=<run>   # resume
 
 Prints the loss per step and, every ``trainer.val_check_interval`` steps, the held-out
-``val/psnr``, ``val/ssim`` (beside the copy-the-last-frame baseline) and ``val/loss``; writes
+``val/psnr``, ``val/ssim`` (beside the copy-the-last-frame baseline) and ``val/loss``, then
+the first ``module.horizon_episodes`` held-out episodes replayed open loop over the whole
+episode (one line per chunk, as scripts/wm_report.py prints; the last chunk's figures logged
+as ``val/horizon_*``); writes
 ``<run_dir>/csv/`` (metrics), ``<run_dir>/videos/step_N.gif`` (imagined | real),
 ``<run_dir>/checkpoints/last.ckpt`` and, at the end, the world model at ``out_dir``
 (``env.world_model.path=<out_dir>`` in ``scripts/fit.py``). The logic is
@@ -22,12 +25,13 @@ import hydra
 from omegaconf import DictConfig
 
 from wmrl.errors import exit_on_config_error
+from wmrl.eval.wm_fidelity import fidelity_report
 from wmrl.finetune.world_model_fit import finetune_world_model
 
 
 @hydra.main(config_path="../conf", config_name="finetune_world_model", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    exit_on_config_error(finetune_world_model, cfg)
+    exit_on_config_error(finetune_world_model, cfg, horizon_report=fidelity_report)
 
 
 if __name__ == "__main__":

@@ -355,6 +355,7 @@ class WorldModelFinetuneSchema:
     gradient_checkpointing: bool = MISSING
     num_inference_steps: int = MISSING
     video_clips: int = MISSING
+    horizon_episodes: int = MISSING
     lr_min_ratio: float = MISSING
     grad_clip: Optional[float] = MISSING
     gripper_event_weight: float = MISSING
@@ -365,7 +366,8 @@ class WorldModelFinetuneSchema:
                 "(part=dit); the VAE stage is scripts/train_world_model.py's (vae_train)")
         require_positive("module", self, "lr", "num_inference_steps", "grad_clip")
         require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
-                         "lr_min_ratio", "gripper_event_weight", allow_zero=True)
+                         "horizon_episodes", "lr_min_ratio", "gripper_event_weight",
+                         allow_zero=True)
 
 
 @dataclass

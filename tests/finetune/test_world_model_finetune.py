@@ -7,6 +7,8 @@ import csv
 import sys
 from pathlib import Path
 
+import lightning as L
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -14,9 +16,10 @@ from hydra import compose, initialize_config_dir
 from tests.tiny_models import pushed_square, tiny_world_model
 from tests.two_ranks import launch_two_ranks
 from wmrl.errors import ConfigError
+from wmrl.eval.wm_fidelity import fidelity_report
 from wmrl.finetune.world_model_clips import WorldModelClipData
-from wmrl.finetune.world_model_fit import finetune_world_model as finetune
-from wmrl.finetune.world_model_module import WorldModelFinetune
+from wmrl.finetune.world_model_fit import finetune_world_model
+from wmrl.finetune.world_model_module import WorldModelFinetune, horizon_metrics
 from wmrl.lerobot.writer import write_lerobot
 from wmrl.world_model.action_wan import ActionWanModel
 
@@ -30,6 +33,11 @@ def assets(tmp_path_factory):
     tiny_world_model().save_pretrained(root / "wm")
     write_lerobot(root / "ds", (pushed_square(i, T) for i, T in enumerate(LENGTHS)), fps=10)
     return root
+
+
+def finetune(cfg):
+    """As scripts/finetune_world_model.py calls it: the fidelity report handed in."""
+    return finetune_world_model(cfg, horizon_report=fidelity_report)
 
 
 def compose_cfg(assets: Path, run: Path, *overrides: str):
@@ -82,6 +90,70 @@ def test_clips_from_a_lerobot_dataset(assets):
         WorldModelClipData("npz", [str(assets / "ds")])
 
 
+def test_held_out_episodes_whole(assets, tmp_path):
+    """The first held-out episodes as the replay takes them: frames, the actions with a recorded
+    outcome, success labels on the frame they describe, the task."""
+    data = WorldModelClipData("lerobot", [str(assets / "ds")], val_episodes=2)
+    (ep,) = data.held_out_episodes(1)  # dataset episode 2 of 12 rows
+    assert ep.frames.shape == (12, 32, 32, 3) and ep.task == "push the square"
+    np.testing.assert_array_equal(ep.actions, pushed_square(2, 12)[1][:-1])
+    assert len(data.held_out_episodes(5)) == 2  # at most data.val_episodes
+    write_lerobot(tmp_path / "ds", (pushed_square(i, 9, successes=1 + 2 * i) for i in range(2)),
+                  fps=10)
+    (ep,) = WorldModelClipData("lerobot", [str(tmp_path / "ds")]).held_out_episodes(1)
+    # rows 6, 7, 8 record success (next.success): frames 7 and 8 show it (row 8's is unrecorded)
+    assert ep.success_labels.tolist() == [False] * 7 + [True] * 2
+
+
+def test_validation_replays_the_first_held_out_episodes_whole(assets):
+    """``horizon_episodes``: at each validation the first held-out episode (11 actions: 2
+    chunks) replayed open loop; copy-the-first-frame's PSNR at the last chunk is the PSNR of
+    frame 0 against the recorded frame 11 by hand; the trainable parameters still train after;
+    0 logs nothing of it."""
+    data = WorldModelClipData("lerobot", [str(assets / "ds")], val_episodes=2)
+    (ep,) = data.held_out_episodes(1)
+
+    def validate(horizon: int) -> tuple[WorldModelFinetune, dict]:
+        module = WorldModelFinetune({"path": str(assets / "wm")}, num_inference_steps=2,
+                                    horizon_episodes=horizon, horizon_report=fidelity_report)
+        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False)
+        return module, trainer.validate(module, datamodule=data, verbose=False)[0]
+
+    module, got = validate(1)
+    first, last = (ep.frames[i].astype(np.float64) / 255 for i in (0, 11))
+    by_hand = 10 * np.log10(1 / np.mean((first - last) ** 2))
+    assert got["val/horizon_copy_first_psnr"] == pytest.approx(by_hand, abs=1e-4)
+    assert got["val/horizon_chunks"] == 2 and got["val/horizon_episodes"] == 1
+    assert 5 < got["val/horizon_psnr"] <= 100
+    # one episode with the red square recorded: gone (1) or there (0, its error in px)
+    gone = got["val/horizon_red_vanished"]
+    assert gone in (0.0, 1.0) and ("val/horizon_red_median_px" in got) == (gone == 0.0)
+    assert not any(k.startswith("val/horizon_blue") for k in got)  # no blue block recorded
+    trainable = module.trainable_parameters().values()
+    assert all(p.requires_grad for p in trainable)  # the env froze the model: restored
+    module.model.transformer.train()
+    again = module.horizon_figures([ep])  # the same noise: the same figures
+    assert module.model.transformer.training and all(p.requires_grad for p in trainable)
+    assert again == {k: pytest.approx(v) for k, v in got.items() if "horizon" in k}
+    _, off = validate(0)
+    assert "val/psnr" in off and not any("horizon" in k for k in off)
+
+
+def test_horizon_metrics_leave_out_what_the_report_has_none_of():
+    block = dict(median_px=None, mean_px=None, copy_first_median_px=None, recorded_present=0)
+    report = {"n_episodes": 3, "n_chunks": 8, "chunks": [{}, {
+        "psnr": 19.7, "copy_first_psnr": 19.5,
+        "blocks": {"red": dict(block, vanished=1.0, recorded_present=3),
+                   "blue": dict(block, median_px=2.5, vanished=0.0, recorded_present=3),
+                   "green": dict(block, median_px=float("nan"), vanished=None)}}]}
+    assert horizon_metrics(report) == {
+        "val/horizon_psnr": 19.7, "val/horizon_copy_first_psnr": 19.5,
+        "val/horizon_chunks": 8.0, "val/horizon_episodes": 3.0,
+        "val/horizon_red_vanished": 1.0, "val/horizon_blue_median_px": 2.5,
+        "val/horizon_blue_vanished": 0.0}
+
+
 def test_lora_fit_resume_and_export(assets, tmp_path):
     run = tmp_path / "run"
     trainer, module = finetune(compose_cfg(assets, run, "+lora.rank=4"))
@@ -97,6 +169,12 @@ def test_lora_fit_resume_and_export(assets, tmp_path):
         assert 5 < float(row["val/psnr"]) < 60
         assert 0 < float(row["val/ssim"]) <= 1 and float(row["val/copy_psnr"]) > 0
     assert val[0]["val/copy_psnr"] == val[1]["val/copy_psnr"]  # the same held-out clips
+    # the yaml's horizon replay: the one held-out episode (16 actions: 2 chunks) whole
+    for row in val:
+        assert float(row["val/horizon_chunks"]) == 2 and float(row["val/horizon_episodes"]) == 1
+        assert 5 < float(row["val/horizon_psnr"]) <= 100
+        assert not any(k.startswith("val/horizon_blue") and row[k] for k in row)  # no blue
+    assert val[0]["val/horizon_copy_first_psnr"] == val[1]["val/horizon_copy_first_psnr"]
     assert (run / "videos" / "step_0.gif").is_file() and (run / "videos" / "step_2.gif").is_file()
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     keys = set(ckpt["state_dict"])
@@ -184,6 +262,10 @@ def test_bad_settings_fail_before_the_model_loads(assets):
     with pytest.raises(ConfigError, match="transformer_train: unknown settings \\['warmup'\\]"):
         train_stage(tiny_world_model(), "dit", {"steps": 1, "batch_size": 1, "warmup": 2},
                     None, 0)
+    with pytest.raises(ConfigError, match="horizon_episodes=2 needs horizon_report"):
+        WorldModelFinetune({"path": "x"}, horizon_episodes=2)
+    with pytest.raises(ConfigError, match="horizon_episodes=-1 must be >= 0"):
+        WorldModelFinetune({"path": "x"}, horizon_episodes=-1, horizon_report=fidelity_report)
     with pytest.raises(ConfigError, match="lr_schedule='linear'"):
         WorldModelFinetune({"path": "x"}, lr_schedule="linear")
     with pytest.raises(ConfigError, match="part='transformer'"):

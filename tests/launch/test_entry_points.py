@@ -48,6 +48,7 @@ def reward_cfg(*overrides: str):
     ("checkpoint.keep_last=-2", "checkpoint.keep_last=-2 is not allowed"),
     ("module.part=vae", "module.part='vae' is not allowed: the fine-tune trains the DiT"),
     ("module.grad_clip=0", "module.grad_clip=0.0 is not allowed: must be > 0"),
+    ("module.horizon_episodes=-1", "module.horizon_episodes=-1 is not allowed: must be >= 0"),
 ])
 def test_finetune_world_model_refuses_a_bad_setting_before_any_data_or_model(override, error):
     with pytest.raises(ConfigError) as err:
@@ -90,7 +91,8 @@ def test_the_schemas_name_the_constructors_settings():
         return set(inspect.signature(cls).parameters) - set(given)
 
     assert fields_of(WorldModelFinetuneSchema) == settings(
-        WorldModelFinetune, "world_model", "objective", "lora", "video_dir", "seed")
+        WorldModelFinetune, "world_model", "objective", "lora", "video_dir", "horizon_report",
+        "seed")
     assert fields_of(WorldModelClipsSchema) == settings(WorldModelClipData, "seed")
 
 

@@ -7,7 +7,8 @@ gives one clip per chunk of 8 actions, built by ``wmrl.world_model.clip_layout.b
 env's own model input: anchor, 4 context frames, 8 new frames, each with its action).
 
 The last ``val_episodes`` episodes are held out (the validation clips: the first chunks of
-each, in order). Training clips stream: each pass visits the training episodes in a seeded
+each, in order; ``held_out_episodes``: the first of them whole, for the replay over the whole
+episode). Training clips stream: each pass visits the training episodes in a seeded
 permutation, one episode in memory at a time, clips mixed through a ``shuffle_buffer``; with
 several ranks (or loader workers) each takes every k-th episode of the permutation.
 """
@@ -25,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from wmrl.errors import ConfigError
 from wmrl.lerobot.dataset import LeRobotDataset
-from wmrl.sim.dataset import TrajectoryDataset
+from wmrl.sim.dataset import Episode, TrajectoryDataset
 from wmrl.world_model.clip_layout import CHUNK, CONDITION_FRAMES, build_clip
 
 FORMATS = ("lerobot", "trajectories")
@@ -64,9 +65,19 @@ class EpisodeSource:
         return len(self._index)
 
     def episode(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        ep = self.record(i)
+        return ep.frames, ep.actions
+
+    def record(self, i: int) -> Episode:
+        """Episode i whole: frames, actions, success labels per frame, task (a trajectory
+        episode's simulator states too)."""
         if self.format == "lerobot":
             ep = self._lerobot.episode(self._index[i])
-            return ep.frames, ep.actions[:-1]  # the last row's outcome frame is not recorded
+            labels = np.zeros(len(ep.frames), bool)
+            if ep.success is not None:
+                labels[1:] = ep.success[:-1]  # row t's next.success is frame t + 1's
+            # the last row's outcome frame is not recorded: T rows, T - 1 actions
+            return Episode(ep.frames, ep.actions[:-1], labels, ep.task)
         k, j = self._index[i]
         ep = self._sets[k][j]
         frames = ep.frames
@@ -74,7 +85,7 @@ class EpisodeSource:
             raise ConfigError(f"data.size={list(self.size)}: {self.paths[k]} holds "
                               f"{frames.shape[1]}x{frames.shape[2]} frames (data.size resizes "
                               "LeRobot datasets only): set data.size=null")
-        return frames, ep.actions
+        return ep
 
 
 def episode_clips(frames: np.ndarray, actions: np.ndarray) -> Iterator[dict[str, torch.Tensor]]:
@@ -149,6 +160,7 @@ class WorldModelClipData(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.shuffle_buffer, self.val_chunks = shuffle_buffer, val_chunks_per_episode
         self._val: ValClips | None = None
+        self._held_out: list[Episode] = []
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
@@ -164,3 +176,11 @@ class WorldModelClipData(L.LightningDataModule):
         if self._val is None:
             self._val = ValClips(self.source, self.val_episodes, self.val_chunks)
         return DataLoader(self._val, batch_size=self.batch_size, shuffle=False)
+
+    def held_out_episodes(self, n: int) -> list[Episode]:
+        """The first ``n`` held-out episodes whole (``WorldModelFinetune``'s replay over the
+        whole episode at each validation), read once."""
+        n = min(n, len(self.val_episodes))
+        if len(self._held_out) < n:
+            self._held_out = [self.source.record(i) for i in self.val_episodes[:n]]
+        return self._held_out[:n]

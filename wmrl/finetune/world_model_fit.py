@@ -5,6 +5,7 @@ is its argument parsing): the config checked, ``WorldModelFinetune`` fitted on
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from omegaconf import DictConfig
 
@@ -20,9 +21,11 @@ from wmrl.world_model.files import CONFIG_FILES, is_world_model_dir
 SCRIPT = "scripts/finetune_world_model.py"  # named in the resume command
 
 
-def finetune_world_model(cfg: DictConfig):
-    """Check the inputs (schema, ``out_dir``, ``world_model.path``) before any data or model
-    loads, fine-tune, export; returns (trainer, module)."""
+def finetune_world_model(cfg: DictConfig, horizon_report: Callable | None = None):
+    """Check the inputs (schema, ``out_dir``, ``world_model.path``, the module's settings)
+    before any data or model loads, fine-tune, export; returns (trainer, module).
+    ``horizon_report``: ``wmrl.eval.wm_fidelity.fidelity_report`` (a floor above this one:
+    the script passes it), needed by ``module.horizon_episodes`` > 0."""
     check_entry("finetune_world_model", resolve_ckpt_path(cfg))
     check_output_dir(cfg.out_dir, "world_model", cfg.overwrite, key="out_dir")
     wm_path = cfg.world_model.get("path")
@@ -32,12 +35,13 @@ def finetune_world_model(cfg: DictConfig):
                           "scripts/import_rlinf.py or scripts/train_world_model.py wrote")
     out_dir = os.path.abspath(str(cfg.out_dir))
     start_run(cfg.seed)
-    data = WorldModelClipData(**to_container(cfg.data), seed=cfg.seed)  # reads the metadata
-    module = WorldModelFinetune(world_model=to_container(cfg.world_model),
+    module = WorldModelFinetune(world_model=to_container(cfg.world_model),  # loads nothing yet
                                 objective=to_container(cfg.objective),
                                 lora=to_container(cfg.lora) if cfg.lora else None,
-                                video_dir=os.path.join(cfg.run_dir, "videos"), seed=cfg.seed,
+                                video_dir=os.path.join(cfg.run_dir, "videos"),
+                                horizon_report=horizon_report, seed=cfg.seed,
                                 **to_container(cfg.module))
+    data = WorldModelClipData(**to_container(cfg.data), seed=cfg.seed)  # reads the metadata
     trainer = build_trainer(cfg, script=SCRIPT)
     with stop_on_sigterm(trainer):  # last.ckpt of the last step, the resume command, exit 143
         if cfg.validate_first and cfg.ckpt_path is None:  # the starting model's held-out figures
