@@ -17,6 +17,7 @@ file each:
   simulator (``scripts/calibrate_threshold.py``);
 * ``side_by_side.py``: the policy in the world model beside the policy in the simulator;
 * ``wm_fidelity.py``: a world model's fidelity over whole recorded episodes replayed open loop
-  (PSNR / SSIM against baselines, block positions, the reward's verdicts per chunk;
+  (PSNR / SSIM against baselines, block positions against the recorded frames and the
+  privileged state, vanished and merged blocks, the reward's verdicts per chunk;
   ``scripts/wm_report.py``).
 """
