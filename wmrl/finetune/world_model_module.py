@@ -488,6 +488,11 @@ class WorldModelFinetune(L.LightningModule):
         and medians and shares of episodes are not means that ranks could average; the
         figures do not depend on the number of ranks."""
         model = self.model
+        # FSDP2 keeps the root's gathered parameters registered after a forward: reshard so
+        # the flags saved (and restored) are the sharded ones the optimizer holds
+        sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        for m in sharded:
+            m.reshard()
         modes = [(m, m.training) for m in model.modules()]
         grads = [(p, p.requires_grad) for p in model.parameters()]
         quiet = self._trainer is not None and not self.trainer.is_global_zero
@@ -504,6 +509,8 @@ class WorldModelFinetune(L.LightningModule):
                 m.train(training)
             for p, needed in grads:
                 p.requires_grad_(needed)
+            for m in sharded:  # the next forward gathers afresh, with the flags restored
+                m.reshard()
         return horizon_metrics(report)
 
     # ---------------------------------------------------------------- export
