@@ -138,15 +138,16 @@ def block_errors(imagined: np.ndarray, recorded: np.ndarray, first: np.ndarray,
     cr, pr = block_centres(recorded, colour)
     cf, pf = block_centres(first, colour)
     post = np.zeros(len(pr), bool) if post_success is None else np.asarray(post_success, bool)
+    pre_present, post_present = pr & ~post, pr & post
     out = dict(zip(("median_px", "mean_px"),
                    _median_mean(np.linalg.norm(ci - cr, axis=-1)[pi & pr])))
     out["copy_first_median_px"] = _median_mean(np.linalg.norm(cf - cr, axis=-1)[pf & pr])[0]
     out["vanished"] = _share(~pi, pr)
-    out["vanished_pre_success"] = _share(~pi, pr & ~post)
-    out["vanished_post_success"] = _share(~pi, pr & post)
+    out["vanished_pre_success"] = _share(~pi, pre_present)
+    out["vanished_post_success"] = _share(~pi, post_present)
     out["recorded_present"] = int(pr.sum())
-    out["present_pre_success"], out["present_post_success"] = int((pr & ~post).sum()), int(
-        (pr & post).sum())
+    out["present_pre_success"] = int(pre_present.sum())
+    out["present_post_success"] = int(post_present.sum())
     state = (None, None) * 2
     if state_px is not None:
         state = (_median_mean(np.linalg.norm(ci - state_px, axis=-1)[pi])
@@ -159,18 +160,18 @@ def block_errors(imagined: np.ndarray, recorded: np.ndarray, first: np.ndarray,
 def merged_share(imagined: np.ndarray, recorded: np.ndarray) -> tuple[float | None, int]:
     """(share of merged pairs, number of episodes whose recorded frame shows the two blocks at
     least MERGE_PX apart) over frames [B, H, W, 3]: the module doc's definition."""
-    (a, b), rec = BLOCKS, {}
-    ci, ni, nr = {}, {}, {}
-    for k in (a, b):
-        ci[k], _ = block_centres(imagined, k)
-        rec[k], _ = block_centres(recorded, k)
-        ni[k], nr[k] = (colour_mask(x, k).sum((-2, -1)) for x in (imagined, recorded))
+    a, b = BLOCKS
+    img = {k: block_centres(imagined, k)[0] for k in BLOCKS}
+    rec = {k: block_centres(recorded, k)[0] for k in BLOCKS}
+    n_img = {k: colour_mask(imagined, k).sum((-2, -1)) for k in BLOCKS}
+    n_rec = {k: colour_mask(recorded, k).sum((-2, -1)) for k in BLOCKS}
     with np.errstate(invalid="ignore"):
         apart = np.linalg.norm(rec[a] - rec[b], axis=-1) >= MERGE_PX  # NaN (absent): False
-        close = np.linalg.norm(ci[a] - ci[b], axis=-1) < MERGE_PX / 2
+        close = np.linalg.norm(img[a] - img[b], axis=-1) < MERGE_PX / 2
     one_blob = np.zeros(len(apart), bool)
-    for keep, lost in ((a, b), (b, a)):
-        one_blob |= (ni[lost] == 0) & (ni[keep] > 0) & (ni[keep] >= nr[keep] + nr[lost] / 2)
+    for kept, lost in ((a, b), (b, a)):
+        one_blob |= ((n_img[lost] == 0) & (n_img[kept] > 0)
+                     & (n_img[kept] >= n_rec[kept] + n_rec[lost] / 2))
     return _share(close | one_blob, apart), int(apart.sum())
 
 
