@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import lightning as L
@@ -14,8 +15,8 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_only
 
 from wmrl.build import to_container
-from wmrl.eval.evaluate import evaluate_policy, save_success_plot
-from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_vs_real
+from wmrl.eval.evaluate import EvalResult, evaluate_policy, save_success_plot
+from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_beside_eval, paired_gap
 from wmrl.interfaces import PolicyTrainer
 from wmrl.io.atomic import atomic_path
 from wmrl.io.videos import save_gif, side_by_side_video
@@ -45,7 +46,14 @@ class SimEvalCallback(L.Callback):
     ``unseen_eval_seeds``: {name: eval_seed} of further scene sets (the same number of scenes,
     drawn with another seed, so the world model never started from them), scored at train
     start and end only and logged as ``sim_<name>/success``: whether a gain carries over to
-    scenes the policy never trained on."""
+    scenes the policy never trained on.
+
+    ``side_by_side`` ({scenes, env, chunk, max_episode_steps}): at every eval the same policy
+    also runs in the world model (``env``) from the first frame of the eval's first ``scenes``
+    scenes of ``tasks[0]`` (all of them if it has fewer), paired with the simulator's verdicts
+    on those scenes in this eval (``wmrl.eval.side_by_side.paired_gap``): ``sim/paired_wm_success``,
+    ``sim/paired_sim_success``, ``sim/paired_gap`` (wm - sim) with its 95% interval
+    ``sim/paired_gap_ci95_low`` / ``_high``, ``sim/paired_agreement``, ``sim/paired_scenes``."""
 
     def __init__(self, every_n_steps: int = 10, episodes_per_task: int = 70,
                  tasks: list[str] | None = None, temperature: float = 1.0, seed: int = 0,
@@ -72,6 +80,8 @@ class SimEvalCallback(L.Callback):
         # imagined | real needs a world model; the simulator-oracle run has none
         self.side_by_side = sbs if int(sbs.get("scenes") or 0) > 0 and (
             sbs.get("env") or {}).get("_target_") == WORLD_MODEL_ENV else None
+        if self.side_by_side:  # paired with the eval's own scenes: at most all of them
+            self.side_by_side["scenes"] = min(int(sbs["scenes"]), episodes_per_task)
         self.history: list[dict] = []
         self._last_step = -1
 
@@ -123,6 +133,8 @@ class SimEvalCallback(L.Callback):
                                                     else 0))
         if wm is not None:
             row["wm/success"] = wm
+        paired = self._run_side_by_side(trainer, pl_module, step, res, row) \
+            if self.side_by_side else ""
         self.history.append(row)
         for lg in trainer.loggers:
             lg.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
@@ -133,49 +145,65 @@ class SimEvalCallback(L.Callback):
                  for i, (task, fr, ok) in enumerate(res.videos)]
         plot = save_success_plot(self.history, os.path.join(out, "success_vs_step.png"))
         self._log_media(trainer, step, paths, plot)
-        if self.side_by_side:
-            self._run_side_by_side(trainer, pl_module, step)
         print(f"[sim eval] step {step}: success {res.describe()} "
               + " ".join(f"{k} {v:.2f}" for k, v in res.success.items())
               + f" ({res.seconds:.0f} s)"
-              + ("" if wm is None else f" | world model's success since last eval {wm:.3f}"),
-              flush=True)
+              + ("" if wm is None else f" | world model's success since last eval {wm:.3f}")
+              + paired, flush=True)
         if unseen and self.unseen_eval_seeds:
             self._run_unseen(trainer, pl_module, row)
         else:
             self._write_history(trainer)
 
     def _run_side_by_side(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                          step: int) -> None:
-        """``side_by_side.scenes`` scenes in the world model beside the simulator, from the
-        same first frame (``wmrl.eval.side_by_side``): one GIF per scene (imagined |
-        real) in ``<out_dir>/side_by_side/``, a row per scene in ``side_by_side.jsonl``, and
-        with wandb the videos and a ``wandb.Table``."""
+                          step: int, res: EvalResult, row: dict) -> str:
+        """``side_by_side.scenes`` scenes of ``res`` (this step's eval) again in the world
+        model, from the same first frames (``wmrl.eval.side_by_side.imagined_beside_eval``):
+        ``paired_gap``'s figures into ``row``, a row per scene in
+        ``<out_dir>/side_by_side/side_by_side.jsonl``, a GIF (imagined | real) for each scene
+        the eval kept a video of (``num_videos``), with wandb the videos and a
+        ``wandb.Table``. Returns the printed line's part."""
         sbs, kw = self.side_by_side, self.eval_kwargs
         pace = getattr(pl_module, "pace", None)  # the world model PACE refined, if it did
         weights = pace.current_state() if pace is not None and pace.version > 0 else None
-        res = imagined_vs_real(pl_module.policy, sbs["env"], kw["tasks"][0], int(sbs["scenes"]),
-                               int(sbs["chunk"]), int(sbs["max_episode_steps"]), kw["env"],
-                               kw["temperature"], kw["seed"], weights)
+        task = next(iter(res.outcomes))  # evaluate_policy's name of tasks[0]
+        t0 = time.perf_counter()
+        scenes = imagined_beside_eval(
+            pl_module.policy, sbs["env"], kw["tasks"][0],
+            res.outcomes[task][:int(sbs["scenes"])],
+            [frames for name, frames, _ in res.videos if name == task],
+            int(sbs["chunk"]), int(sbs["max_episode_steps"]), kw["env"], kw["temperature"],
+            kw["seed"], weights)
+        seconds = time.perf_counter() - t0
+        paired = paired_gap(scenes)
+        row.update(paired)
         out = os.path.join(self._out_dir(trainer), "side_by_side")
         os.makedirs(out, exist_ok=True)
         rows, paths = [], []
-        for r in res:
+        for r in scenes:
             verdict = (f"wm_{'ok' if r.imagined_success else 'fail'}_"
                        f"sim_{'ok' if r.real_success else 'fail'}")
-            paths.append(save_gif(side_by_side_video(r.imagined, r.real),
-                                  os.path.join(out, f"step{step:06d}_scene{r.scene}_{verdict}"
-                                                    ".gif")))
+            if len(r.real) > 1:  # the eval kept this scene's video
+                paths.append(save_gif(side_by_side_video(r.imagined, r.real),
+                                      os.path.join(out, f"step{step:06d}_scene{r.scene}_"
+                                                        f"{verdict}.gif")))
             rows.append({"step": step, "scene": r.scene, "imagined_success": r.imagined_success,
                          "imagined_return": r.imagined_return, "peak_score": r.peak_score,
                          "sim_success": r.real_success})
         with open(os.path.join(out, "side_by_side.jsonl"), "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-        agree = sum(r.imagined_success == r.real_success for r in res)
-        print(f"[sim eval] step {step}: imagined | real on {len(res)} scenes: world model "
-              f"{sum(r.imagined_success for r in res)}/{len(res)}, simulator "
-              f"{sum(r.real_success for r in res)}/{len(res)}, agree on {agree} ({out})",
-              flush=True)
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        self._log_side_by_side(trainer, step, rows, paths)
+        p = {k.removeprefix("sim/paired_"): v for k, v in paired.items()}
+        interval = (f" [{100 * p['gap_ci95_low']:+.1f}, {100 * p['gap_ci95_high']:+.1f}]"
+                    if "gap_ci95_low" in p else "")
+        return (f" | imagined vs real on {len(scenes)} scenes: world model "
+                f"{100 * p['wm_success']:.1f}%, simulator {100 * p['sim_success']:.1f}%, gap "
+                f"{100 * p['gap']:+.1f} points{interval}, agree {100 * p['agreement']:.1f}% "
+                f"({seconds:.0f} s)")
+
+    @staticmethod
+    def _log_side_by_side(trainer: L.Trainer, step: int, rows: list[dict],
+                          paths: list[str]) -> None:
         from lightning.pytorch.loggers import WandbLogger
 
         for lg in trainer.loggers:
@@ -183,10 +211,10 @@ class SimEvalCallback(L.Callback):
                 import wandb
 
                 table = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
-                lg.experiment.log({"sim/side_by_side": [wandb.Video(p, format="gif")
-                                                        for p in paths],
-                                   "sim/side_by_side_table": table,
-                                   "trainer/global_step": step})
+                media = {"sim/side_by_side_table": table, "trainer/global_step": step}
+                if paths:
+                    media["sim/side_by_side"] = [wandb.Video(p, format="gif") for p in paths]
+                lg.experiment.log(media)
 
     def _run_unseen(self, trainer: L.Trainer, pl_module: L.LightningModule, row: dict) -> None:
         """Score the unseen scene sets into ``row`` (the eval of this step) and log them."""

@@ -94,7 +94,7 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
             "logger=csv", "rollout.num_envs=8", "rollout.group_size=4", "task.max_episode_steps=16",
             "algorithm.global_batch=64", "algorithm.filter_groups=false",  # (few successes)
             "callbacks.sim_eval.episodes_per_task=6",
-            "+callbacks.sim_eval.num_envs=6", "+callbacks.sim_eval.num_videos=0",
+            "+callbacks.sim_eval.num_envs=6", "+callbacks.sim_eval.num_videos=1",
             "callbacks.sim_eval.side_by_side.scenes=2"]
     for name, steps, every, keep in (("a", 2, 1, 0), ("long", 3, 2, -1)):
         with initialize_config_dir(CONF_DIR, version_base="1.3"):
@@ -117,17 +117,19 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
     sim = [{k: v for k, v in r.items() if k.startswith("sim/") and k != "sim/eval_seconds"}
            for r in (ha[2], hl[1])]
     assert sim[0] == sim[1] and "sim/success" in sim[0]
+    assert sim[0]["sim/paired_scenes"] == 2  # the paired gap too: the same weights, the same
     assert "sim_unseen/success" in ha[-1] and "sim_unseen/success" in hl[-1]  # at the end
     from wmrl.measure.run_logs import read_metric
 
     for key in ("wm/fragile_success", "rollout/dropped_unrepeatable"):
         a_, long_ = (read_metric(str(tmp_path / n), key).values for n in ("a", "long"))
         assert len(a_) == 2 and len(long_) == 3 and (a_ == long_[:2]).all(), key
-    # imagined | real at every eval: 2 scenes at steps 0, 1, 2 (not at the unseen scenes')
+    # imagined | real at every eval: 2 scenes at steps 0, 1, 2 (not at the unseen scenes'),
+    # a GIF for the one the eval kept a video of
     sbs = tmp_path / "a" / "sim_eval" / "side_by_side"
     rows = [json.loads(line) for line in open(sbs / "side_by_side.jsonl")]
     assert [(r["step"], r["scene"]) for r in rows] == [(s, i) for s in (0, 1, 2) for i in (0, 1)]
-    assert len(list(sbs.glob("step000002_scene*_wm_*_sim_*.gif"))) == 2
+    assert len(list(sbs.glob("step000002_scene*_wm_*_sim_*.gif"))) == 1
     # the trained policy leaves wmrl in the shipped policy's layout (scripts/export.py)
     from wmrl.pipeline.export import export_policy
     from wmrl.policies.openvla_oft import OpenVLAOFTPolicy

@@ -9,7 +9,8 @@ import torch
 from test_config import fit_cfg
 
 from wmrl.build import build, to_container
-from wmrl.eval.side_by_side import imagined_vs_real
+from wmrl.eval.evaluate import evaluate_policy
+from wmrl.eval.side_by_side import SceneRollouts, imagined_beside_eval, imagined_vs_real, paired_gap
 from wmrl.io.videos import side_by_side_video
 from wmrl.sim.tabletop import initial_frames
 
@@ -68,3 +69,41 @@ def test_pace_weights_are_the_ones_imagined(rollouts):
                                weights=(trained_state(model), None))
     assert all(np.array_equal(a.real, b.real) for a, b in zip(first, refined))
     assert not all(np.array_equal(a.imagined, b.imagined) for a, b in zip(first, refined))
+
+
+def test_paired_gap_by_hand():
+    """World model 3/4, simulator 2/4, scene 0 the only disagreement: d = [1, 0, 0, 0], mean
+    0.25, sample std 0.5, SE 0.25, t_{0.975, 3} = 3.1824: 0.25 +- 0.7956."""
+    frame = np.zeros((1, 2, 2, 3), np.uint8)
+    res = [SceneRollouts(i, frame, frame, bool(s), bool(w), 0.0, 0.0)
+           for i, (w, s) in enumerate([(1, 0), (1, 1), (1, 1), (0, 0)])]
+    p = paired_gap(res)
+    assert (p["sim/paired_scenes"], p["sim/paired_wm_success"], p["sim/paired_sim_success"],
+            p["sim/paired_gap"], p["sim/paired_agreement"]) == (4, 0.75, 0.5, 0.25, 0.75)
+    assert [p["sim/paired_gap_ci95_low"], p["sim/paired_gap_ci95_high"]] == pytest.approx(
+        [0.25 - 0.7956, 0.25 + 0.7956], abs=1e-4)
+    assert "sim/paired_gap_ci95_low" not in paired_gap(res[:1])  # one scene: no interval
+
+
+def test_the_world_model_half_beside_an_eval_is_the_whole_side_by_side(rollouts):
+    """What SimEvalCallback runs: the simulator's verdicts and videos of its own eval (2 envs
+    at a time, as the side-by-side's 2 scenes run), the world model from the same first
+    frames: scene for scene what imagined_vs_real gives, and the process's RNGs untouched."""
+    first, _, cfg = rollouts
+    torch.manual_seed(0)
+    policy = build(cfg.policy)
+    sim = to_container(cfg.callbacks.sim_eval.env)
+    ev = evaluate_policy(policy, ["red_of_two"], episodes_per_task=2, num_envs=2, num_videos=1,
+                         env={**sim, "max_episode_steps": 16})
+    torch_rng, np_rng = torch.get_rng_state(), np.random.get_state()
+    beside = imagined_beside_eval(policy, to_container(cfg.env), "red_of_two",
+                                  ev.outcomes["red_of_two"], [v[1] for v in ev.videos], 8, 16,
+                                  sim)
+    assert torch.equal(torch.get_rng_state(), torch_rng)
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state()[1:3], np_rng[1:3]))
+    assert [r.real_success for r in beside] == [r.real_success for r in first]
+    assert [r.imagined_success for r in beside] == [r.imagined_success for r in first]
+    assert all(np.array_equal(a.imagined, b.imagined) for a, b in zip(beside, first))
+    # the eval kept scene 0's video (num_videos=1): the same episode; scene 1 its first frame
+    assert np.array_equal(beside[0].real, first[0].real)
+    assert np.array_equal(beside[1].real, first[1].real[:1])

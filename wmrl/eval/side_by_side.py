@@ -7,13 +7,24 @@ the picture of the field's main failure, a world model that the policy learns to
 world model, reward, chunk and episode length. Each scene gives the two videos, the
 simulator's success, and the world model's success (the reward's verdict), return and peak
 score. ``side_by_side_video`` puts them in one video (imagined | real); the shorter rollout
-holds its last frame. ``SimEvalCallback`` does this at every eval (``side_by_side``);
-``scripts/imagined_vs_real.py`` makes the docs figure.
+holds its last frame. ``scripts/imagined_vs_real.py`` makes the docs figure. At every eval
+``SimEvalCallback`` (``side_by_side``) runs the world-model half alone
+(``imagined_beside_eval``): the simulator's half is its sim eval's own episodes of the same
+scenes, and it logs ``paired_gap``'s figures.
+
+The paired closed-loop gap of N scenes, with w_i, s_i in {0, 1} the world model's and the
+simulator's verdict on scene i and d_i = w_i - s_i:
+
+    gap = mean(d) = mean(w) - mean(s),    agreement = mean(1[w_i = s_i]),
+
+with the 95% t-interval of mean(d). Var(d) = P(w != s) - gap^2, so the interval's half-width
+is about 1.96 * sqrt((1 - agreement) / N): it narrows as N grows and as the two agree more.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -21,8 +32,9 @@ from hydra.utils import get_object
 
 from wmrl.build import build
 from wmrl.finetune.world_model import episode_initial_states
+from wmrl.measure.stats import t_interval
 from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
-from wmrl.sim.tabletop import TabletopVecEnv
+from wmrl.sim.tabletop import TabletopVecEnv, initial_frames
 
 WORLD_MODEL_ENV = "wmrl.envs.wan_env.WanWorldModelEnv"
 
@@ -41,43 +53,100 @@ class SceneRollouts:
 def imagined_vs_real(policy, env: dict, task: str, scenes: int, chunk: int,
                      max_episode_steps: int, sim_env: dict | None = None,
                      temperature: float = 1.0, seed: int = 0,
-                     weights: tuple[dict, dict | None] | None = None) -> list[SceneRollouts]:
+                     weights: tuple[dict, dict | None] | None = None,
+                     num_envs: int = 16) -> list[SceneRollouts]:
     """See the module docstring. ``env``: the fit's world-model env spec (its ``reward``
     included); ``sim_env``: ``TabletopEnv`` kwargs of the simulator's scenes (image size,
     camera, ``eval_seed``); ``weights``: (world-model, reward) weights to load over the spec's
-    (PACE's current version, so the picture shows the world model the rollouts use). The
-    process's torch RNG is left as it was (building the models may draw from it): an eval
-    during training leaves training alone."""
+    (PACE's current version, so the picture shows the world model the rollouts use);
+    ``num_envs``: simulator envs at a time (``evaluate_policy`` seeds the policy per batch of
+    them, so with ``scenes >= num_envs`` and the same ``seed`` the real episodes are the sim
+    eval's own first ``scenes``). The process's torch RNG is left as it was (building the
+    models may draw from it): an eval during training leaves training alone."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():
-        return _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps,
-                                 sim_env, temperature, seed, weights)
+        _check_env(env)
+        was_training = policy.training
+        policy.eval()
+        kw = {k: v for k, v in (sim_env or {}).items() if k != "_target_"}
+        kw.update(max_episode_steps=max_episode_steps, terminate_on_success=True)
+        vec = TabletopVecEnv(min(scenes, num_envs), **kw)
+        try:
+            specs = [EpisodeSpec(task, state_id=i) for i in range(scenes)]
+            real = list(rollout_episodes(vec, PolicyActionSource(policy, temperature, seed=seed),
+                                         specs, seed=seed))
+        finally:
+            vec.close()
+            policy.train(was_training)
+        return _imagine(policy, env, real, chunk, max_episode_steps, temperature, seed,
+                        weights, [ep.frames for ep in real], [bool(ep.success) for ep in real])
 
 
-def _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps, sim_env,
-                      temperature, seed, weights) -> list[SceneRollouts]:
+def imagined_beside_eval(policy, env: dict, task: str, sim_success: list[bool],
+                         real_videos: list[np.ndarray], chunk: int, max_episode_steps: int,
+                         sim_env: dict | None = None, temperature: float = 1.0, seed: int = 0,
+                         weights: tuple[dict, dict | None] | None = None
+                         ) -> list[SceneRollouts]:
+    """The world-model half alone, beside a simulator eval that already ran
+    (``evaluate_policy``, what ``SimEvalCallback`` does): scene i (state i of ``sim_env``'s
+    set, ``initial_frames``) imagined from the simulator's first frame, paired with that
+    eval's verdict ``sim_success[i]``; ``len(sim_success)`` scenes, all imagined as one batch.
+    ``real_videos``: the eval's videos of its first scenes (``SceneRollouts.real``; the others
+    get their first frame only). Arguments and RNG as ``imagined_vs_real``."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        _check_env(env)
+        kw = {k: v for k, v in (sim_env or {}).items()
+              if k not in ("_target_", "eval_seed", "max_episode_steps")}
+        first, tasks = initial_frames(task, len(sim_success),
+                                      seed=int((sim_env or {}).get("eval_seed", 0)), **kw)
+        starts = [SimpleNamespace(frames=f[None], task=t) for f, t in zip(first, tasks)]
+        real = [*real_videos[:len(first)], *(s.frames for s in starts[len(real_videos):])]
+        return _imagine(policy, env, starts, chunk, max_episode_steps, temperature, seed,
+                        weights, real, [bool(s) for s in sim_success])
+
+
+def paired_gap(results: list[SceneRollouts], prefix: str = "sim/paired") -> dict[str, float]:
+    """The paired closed-loop gap of the module docstring over ``results``' scenes:
+    ``<prefix>_scenes``, ``_wm_success``, ``_sim_success``, ``_gap`` (wm - sim, a difference of
+    success rates: x100 for points), ``_agreement`` and, with 2 scenes or more,
+    ``_gap_ci95_low`` / ``_gap_ci95_high``."""
+    if not results:
+        raise ValueError("paired_gap needs at least one scene")
+    w = np.array([r.imagined_success for r in results], dtype=float)
+    s = np.array([r.real_success for r in results], dtype=float)
+    out = {f"{prefix}_scenes": len(results), f"{prefix}_wm_success": float(w.mean()),
+           f"{prefix}_sim_success": float(s.mean()), f"{prefix}_gap": float((w - s).mean()),
+           f"{prefix}_agreement": float((w == s).mean())}
+    if len(results) > 1:
+        _, lo, hi = t_interval(w - s)
+        out.update({f"{prefix}_gap_ci95_low": lo, f"{prefix}_gap_ci95_high": hi})
+    return out
+
+
+def _check_env(env: dict) -> None:
     if env.get("_target_") != WORLD_MODEL_ENV:
-        raise ValueError(f"imagined_vs_real needs a world-model env ({WORLD_MODEL_ENV}), got "
+        raise ValueError(f"imagined | real needs a world-model env ({WORLD_MODEL_ENV}), got "
                          f"{env.get('_target_')}")
-    was_training = policy.training
-    policy.eval()
-    kw = {k: v for k, v in (sim_env or {}).items() if k != "_target_"}
-    kw.update(max_episode_steps=max_episode_steps, terminate_on_success=True)
-    vec = TabletopVecEnv(min(scenes, 16), **kw)
-    try:
-        specs = [EpisodeSpec(task, state_id=i) for i in range(scenes)]
-        real = list(rollout_episodes(vec, PolicyActionSource(policy, temperature, seed=seed),
-                                     specs, seed=seed))
-    finally:
-        vec.close()
-    # (built by hand: Hydra would turn the InitialStates dataclass into a config)
+
+
+def _imagine(policy, env, starts, chunk, max_episode_steps, temperature, seed, weights, real,
+             real_success) -> list[SceneRollouts]:
+    """Every scene in one batched ``WanWorldModelEnv``, scene i from ``starts[i].frames[0]``
+    (an episode, or its first frame) with its task ``starts[i].task``."""
+    scenes = len(starts)
+    # (built by hand: Hydra would turn the InitialStates dataclass into a config). The
+    # resample check's second draw feeds a training signal, not the verdict (its own RNG
+    # stream): left out, one chunk per episode less
     spec = {k: v for k, v in env.items() if k not in ("_target_", "initial_states", "num_envs",
                                                       "reward")}
+    spec.update(resample_check=False, resample_return=None)
     wm = get_object(WORLD_MODEL_ENV)(
-        **spec, reward=build(env["reward"]), initial_states=episode_initial_states(real),
-        num_envs=scenes, group_size=1, chunk=chunk, max_episode_steps=max_episode_steps,
-        return_frames=True)
+        **spec, reward=build(env["reward"]), initial_states=episode_initial_states(starts),
+        num_envs=scenes,
+        group_size=1, chunk=chunk, max_episode_steps=max_episode_steps, return_frames=True)
     if weights is not None:
         wm.load_world_model_weights(weights[0], reward_state_dict=weights[1])
+    was_training = policy.training
+    policy.eval()
     try:
         obs = wm.reset(seed=seed, state_ids=list(range(scenes)))
         frames, peak = [], torch.zeros(scenes)
@@ -94,10 +163,10 @@ def _imagined_vs_real(policy, env, task, scenes, chunk, max_episode_steps, sim_e
         policy.train(was_training)
     video = np.concatenate(frames, 1)  # [scenes, steps, H, W, 3], zeros once a row ended
     out = []
-    for i, ep in enumerate(real):
+    for i in range(scenes):
         n = int(info["episode_len"][i])
         out.append(SceneRollouts(
-            scene=i, real=ep.frames, imagined=np.concatenate([ep.frames[:1], video[i, :n]]),
-            real_success=bool(ep.success), imagined_success=bool(info["success"][i]),
+            scene=i, real=real[i], imagined=np.concatenate([starts[i].frames[:1], video[i, :n]]),
+            real_success=real_success[i], imagined_success=bool(info["success"][i]),
             imagined_return=float(info["return"][i]), peak_score=float(peak[i])))
     return out
