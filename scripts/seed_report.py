@@ -13,6 +13,9 @@ one JSON line with every figure:
   (``callbacks.sim_eval.unseen_eval_seeds``), scored at start and end only;
 * ``wm_gap``: world model's success (its rollouts since the previous eval) minus the
   simulator's at each eval after step 0; ``max_abs_wm_gap`` the largest over evals;
+* ``paired_gap``: ``sim/paired_gap`` at each eval, the world model's success minus the
+  simulator's of the same policy on the same scenes (``callbacks.sim_eval.side_by_side``);
+  ``max_abs_paired_gap`` the largest over runs and evals;
 * ``signal``: Pearson r, over every (run, eval interval), of the interval's mean
   ``--signal`` metric (default ``wm/fragile_success``, ``env.resample_check``) against the
   interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number

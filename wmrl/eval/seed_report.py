@@ -85,6 +85,8 @@ def run_figures(run: str, signal: str) -> dict:
     else:
         out["real_episodes"] = 0
     out["wm_gap"] = [r["wm/success"] - r["sim/success"] for r in rows[1:] if "wm/success" in r]
+    # imagined minus simulated success of the same policy on the same scenes, every eval
+    out["paired_gap"] = [r["sim/paired_gap"] for r in rows if "sim/paired_gap" in r]
     try:
         series = read_metric(run, signal)
     except RunLogError:
@@ -124,6 +126,9 @@ def report(runs: list[str], signal: str = "wm/fragile_success",
     summary["real_episodes"] = [r["real_episodes"] for r in per_run]
     gaps = [g for r in per_run for g in r["wm_gap"]]
     summary["max_abs_wm_gap"] = float(max(map(abs, gaps))) if gaps else float("nan")
+    paired_gaps = [g for r in per_run for g in r["paired_gap"]]
+    summary["max_abs_paired_gap"] = (float(max(map(abs, paired_gaps))) if paired_gaps
+                                     else float("nan"))
     pts = [(s, g, b - a) for r in per_run if r["signal"]
            for s, g, a, b in zip(r["signal"], r["wm_gap"], r["sim"], r["sim"][1:])
            if math.isfinite(s)]
@@ -148,8 +153,10 @@ def report_lines(res: dict) -> list[str]:
         extra = "".join(f" | {k} {100 * v:+.1f}" for k, v in r.items()
                         if k.startswith("gain_") and k != "gain_train")
         gaps = " ".join(f"{100 * g:+.1f}" for g in r["wm_gap"])
+        paired = " ".join(f"{100 * g:+.1f}" for g in r["paired_gap"])
         lines.append(f"{r['run']}: sim {evals} | gain {100 * r['gain_train']:+.1f}{extra} | "
-                     f"wm - sim {gaps} | real episodes {r['real_episodes']}")
+                     f"wm - sim {gaps} | paired wm - sim {paired or '-'} | real episodes "
+                     f"{r['real_episodes']}")
     for key, v in res["summary"].items():
         if key.startswith("gain_"):
             lines.append(f"{key}: {_pm(v)}")
