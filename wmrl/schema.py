@@ -359,11 +359,18 @@ class WorldModelFinetuneSchema:
     lr_min_ratio: float = MISSING
     grad_clip: Optional[float] = MISSING
     gripper_event_weight: float = MISSING
+    own_context_fraction: float = MISSING
+    own_context_refresh: int = MISSING
+    own_context_episodes: int = MISSING
     part: str = MISSING
 
     def __post_init__(self) -> None:
         require("module.part", self.part, self.part == "dit", "the fine-tune trains the DiT "
                 "(part=dit); the VAE stage is scripts/train_world_model.py's (vae_train)")
+        require("module.own_context_fraction", self.own_context_fraction,
+                self.own_context_fraction == 0, "clips of the model's own imagination are "
+                "drawn by the asset build (scripts/train_world_model.py's transformer_train), "
+                "not yet by this fine-tune's data stream: set 0")
         require_positive("module", self, "lr", "num_inference_steps", "grad_clip")
         require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
                          "horizon_episodes", "lr_min_ratio", "gripper_event_weight",
