@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wmrl.errors import ConfigError
+from wmrl.sim.tabletop import tabletop_model  # loads no MuJoCo (tabletop_model does)
 from wmrl.sim.tasks import BLOCKS, CAMERAS, STATE_SLICES
 
 
@@ -52,8 +53,6 @@ def tabletop_camera(name: str, image_size: tuple[int, int] | list[int]) -> Pinho
     if name not in CAMERAS:
         raise ConfigError(f"env.camera={name!r} is not a tabletop camera: one of {list(CAMERAS)}")
     import mujoco
-
-    from wmrl.sim.tabletop import tabletop_model
 
     model = tabletop_model()
     data = mujoco.MjData(model)
