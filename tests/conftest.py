@@ -40,9 +40,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="runs on Ray's fake resources"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
-    """One real local Ray for the whole session; workers can import tests/toys.py. It declares
+    """A real local Ray per test file (what one file leaves behind, an actor or a wedged
+    cluster, cannot starve the next file's actors); workers can import tests/toys.py. It declares
     fake accelerators and a custom resource (4 GPU, 2 NPU, 2 render) so placement tests see
     Ray assign ids; nothing computes on them (RolloutDataModule(compute_on_cpu=True)).
     ``WMRL_REAL_DEVICES=1`` (``make gpu-check``): Ray counts the machine's real cards."""
@@ -52,13 +53,14 @@ def ray_local():
     folders = sorted(e.path for e in os.scandir(TESTS_DIR)
                      if e.is_dir() and not e.name.startswith((".", "_")))
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
-    paths = [TESTS_DIR, ROOT, *folders] + inherited
-    os.environ["PYTHONPATH"] = ":".join(paths)
+    paths = [TESTS_DIR, ROOT, *folders]
+    os.environ["PYTHONPATH"] = ":".join(paths + [p for p in inherited if p not in paths])
     if TESTS_DIR not in sys.path:
         sys.path.insert(0, TESTS_DIR)
-    if not ray.is_initialized():
-        fake = {} if REAL_DEVICES else dict(num_gpus=4, resources={"NPU": 2, "render": 2})
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **fake)
+    if ray.is_initialized():  # a Ray some code under test left running: not this file's
+        ray.shutdown()
+    fake = {} if REAL_DEVICES else dict(num_gpus=4, resources={"NPU": 2, "render": 2})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **fake)
     yield ray
     ray.shutdown()
 

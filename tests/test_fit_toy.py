@@ -30,6 +30,8 @@ def toy_cfg(tmp_path, **over):
                     "placement": "collocated", "pipeline_stages": 1,
                     "num_env_workers": 1, "num_rollout_workers": 1, "worker_cpus": 0.5,
                     "worker_threads": 1, "ray_address": None, "ray_num_cpus": None,
+                    # under pytest's 600 s: a start that hangs says why (the free resources)
+                    "actor_start_timeout_s": 300.0,
                     "weight_sync": {"bucket_mb": 1, "delta": True, "zero_copy": True}},
         "algorithm": {"lr": 0.05, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
                       "grad_clip": 10.0, "clip_low": 0.2, "clip_high": 0.28,

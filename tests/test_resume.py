@@ -95,7 +95,8 @@ def test_tabletop_fit_with_sim_eval_is_reproducible_and_evals_leave_training_alo
             "algorithm.global_batch=64", "algorithm.filter_groups=false",  # (few successes)
             "callbacks.sim_eval.episodes_per_task=6",
             "+callbacks.sim_eval.num_envs=6", "+callbacks.sim_eval.num_videos=1",
-            "callbacks.sim_eval.side_by_side.scenes=2"]
+            "callbacks.sim_eval.side_by_side.scenes=2",
+            "rollout.actor_start_timeout_s=300"]  # under pytest's 600 s: a hang says why
     for name, steps, every, keep in (("a", 2, 1, 0), ("long", 3, 2, -1)):
         with initialize_config_dir(CONF_DIR, version_base="1.3"):
             fit(compose("fit", overrides=[

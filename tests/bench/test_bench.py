@@ -96,6 +96,6 @@ def test_every_bench_has_a_tiny_size():
     for name in sorted(TINY)])
 def test_bench_runs_tiny(module, request):
     if module in RAY:
-        request.getfixturevalue("ray_local")  # the session's Ray, as other Ray tests use
+        request.getfixturevalue("ray_local")  # the file's Ray, as other Ray tests use
     figures = importlib.import_module(f"wmrl.bench.{module}").run(**TINY[module])
     check_figures(module, figures)

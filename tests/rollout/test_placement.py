@@ -1,6 +1,7 @@
 """Placement by resources: devices derived from what Ray assigned, collocated actors on their
 trainer rank's node and card, a missing resource refused up front, weights over a gloo group."""
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -173,6 +174,29 @@ def test_missing_resource_fails_before_any_actor_starts(ray_local):
     with pytest.raises(ConfigError, match="rollout.env_resources.*sim_node: 1 but the Ray "
                                           "cluster has sim_node: 0"):
         dm.start()
+
+
+@pytest.mark.fake_resources
+def test_actors_that_cannot_be_placed_fail_by_the_timeout_and_are_removed(ray_local):
+    """Both render units held elsewhere: the env actor waits, and after
+    rollout.actor_start_timeout_s the start fails naming the key, what is free and the disk,
+    and takes its pending actor away (else it would grab the units once they free up)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    held = placement_group([{"render": 2}])
+    ray_local.get(held.ready())
+    dm = _dm("collocated", env_resources={"render": 1}, actor_start_timeout_s=2.0)
+    try:
+        with pytest.raises(RuntimeError, match=r"actor_start_timeout_s=2.0: .*'render': 2.0.*"
+                                               r"GiB free of"):
+            dm.start()
+        assert dm.pool.layout is None
+    finally:
+        remove_placement_group(held)
+    deadline = time.monotonic() + 10
+    while ray_local.available_resources().get("render", 0) < 2:
+        assert time.monotonic() < deadline, "the pending actor took a render unit"
+        time.sleep(0.1)
 
 
 @pytest.mark.slow

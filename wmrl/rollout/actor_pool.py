@@ -11,6 +11,8 @@ weights, its sync-group membership) is put back by ``wmrl.rollout.actor_sync.Act
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -71,11 +73,15 @@ class ActorPool:
             ray.get([a.ready.remote() for a in self.layout.actors],
                     timeout=self.actor_start_timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise RuntimeError(
-                f"rollout actors did not start within rollout.actor_start_timeout_s="
-                f"{self.actor_start_timeout_s}: the Ray cluster has "
-                f"{ray.available_resources()} free of {ray.cluster_resources()}; other jobs "
-                "may hold what they need.") from None
+            disk = shutil.disk_usage(tempfile.gettempdir())  # where a local Ray keeps its session
+            msg = (f"rollout actors did not start within rollout.actor_start_timeout_s="
+                   f"{self.actor_start_timeout_s}: the Ray cluster has "
+                   f"{ray.available_resources()} free of {ray.cluster_resources()}; other jobs "
+                   f"may hold what they need. {tempfile.gettempdir()} has "
+                   f"{disk.free / 2**30:.1f} GiB free of {disk.total / 2**30:.0f} (Ray refuses "
+                   "new objects above 95% used).")
+            self.stop()  # the pending actors would take the resources once they free up
+            raise RuntimeError(msg) from None
 
     def stop(self) -> None:
         for a in self.layout.actors if self.layout else []:
