@@ -286,6 +286,9 @@ class PaceConfig:
     buffer_rounds: int = 4  # fine-tune on the clips of the last N rounds
     context_noise_sigma: float = 0.1  # the world-model objective's (as its training)
     foreground_weight: float = 0.0
+    own_context_fraction: float = 0.0  # share of a batch with the model's own imagined context
+    own_context_refresh: int = 200  # fine-tune steps between two replays of the round's episodes
+    own_context_episodes: int = 64  # the round's episodes replayed at a refresh
     gripper_event_weight: float = 1.0
     eval_clips: int = 64  # clips of the fixed-noise loss before / after a round
     reward_steps: int = 0  # > 0: also fine-tune the reward classifier
@@ -304,10 +307,15 @@ class PaceConfig:
     def __post_init__(self) -> None:
         require_positive("pace", self, "episodes", "lr", "batch_size", "temperature",
                          "num_states", "num_envs", "buffer_rounds", "gripper_event_weight",
-                         "eval_clips", "reward_lr", "reward_batch_size", "num_inference_steps")
+                         "eval_clips", "reward_lr", "reward_batch_size", "num_inference_steps",
+                         "own_context_refresh", "own_context_episodes")
         require_positive("pace", self, "every_n_steps", "steps", "weight_decay",
                          "post_success_steps", "context_noise_sigma", "foreground_weight",
                          "reward_steps", allow_zero=True)
+        require("pace.own_context_fraction", self.own_context_fraction,
+                0 <= self.own_context_fraction < 1,
+                "must be in [0, 1) (the share of each fine-tune batch whose context the model "
+                "imagined; 0: off)")
         require("pace.reward_holdout", self.reward_holdout, 0 <= self.reward_holdout < 1,
                 "must be in [0, 1) (the share of a round's episodes held out to score the "
                 "reward on imagined frames)")

@@ -213,6 +213,42 @@ def test_round_finetunes_counts_and_resumes(assets, tmp_path):
     assert os.path.isdir(assets / "wm")
 
 
+def test_round_with_own_context_replays_the_rounds_episodes(assets, monkeypatch):
+    """own_context_fraction=0.5: every own_context_refresh=20 of the 40 steps (steps 0 and
+    20) own_context_episodes=2 of the round's 4 episodes are replayed through the model being
+    fine-tuned; the same round without it replays nothing and learns otherwise."""
+    import wmrl.finetune.world_model_module as M
+
+    calls = []
+
+    def spy(model, episodes, num_inference_steps, seed):
+        calls.append((model, [len(e) for e in episodes], num_inference_steps))
+        return own_context_clips(model, episodes, num_inference_steps, seed)
+
+    own_context_clips = M.own_context_clips
+    monkeypatch.setattr(M, "own_context_clips", spy)
+    policy = build(policy_spec())
+    losses = {}
+    for frac in (0.0, 0.5):
+        torch.manual_seed(0)
+        pace = make_pace(assets, reward_steps=0, num_inference_steps=2,
+                         own_context_fraction=frac, own_context_refresh=20,
+                         own_context_episodes=2)
+        episodes = pace.collect(policy, 0)
+        pace.collect = lambda policy, r, eps=episodes: eps
+        pace.run_round(policy, None, step=2)
+        losses[frac] = pace.losses
+        lengths = sorted(len(e) for e in episodes)
+        if frac:
+            assert len(calls) == 2 and all(c[0] is pace.model and c[2] == 2 for c in calls)
+            assert all(len(c[1]) == 2 and set(c[1]) <= set(lengths) for c in calls)
+        else:
+            assert calls == []
+    assert len(losses[0.5]) == 40 and losses[0.5] != losses[0.0]
+    with pytest.raises(ConfigError, match=r"pace.own_context_fraction=1.0 is not allowed"):
+        make_pace(assets, own_context_fraction=1.0)
+
+
 def test_the_checkpoint_restores_the_ledger_and_weights(assets):
     """GRPOModule saves and restores PACE's state under ``"pace"``: the ledger (budget, world
     model version, history) and the fine-tuned weights."""

@@ -120,7 +120,11 @@ class Pace:
                                              "context_noise_sigma": cfg.context_noise_sigma,
                                              "foreground_weight": cfg.foreground_weight},
             lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99), grad_clip=1.0,
-            gripper_event_weight=cfg.gripper_event_weight, seed=cfg.seed)
+            gripper_event_weight=cfg.gripper_event_weight,
+            num_inference_steps=cfg.num_inference_steps,
+            own_context_fraction=cfg.own_context_fraction,
+            own_context_refresh=cfg.own_context_refresh,
+            own_context_episodes=cfg.own_context_episodes, seed=cfg.seed)
         self.reward_spec = reward
         self.ledger = PaceLedger(cfg.out_dir, cfg.verbose)  # the budget, the version (saved)
         # built on first use
@@ -236,15 +240,17 @@ class Pace:
             total += float(loss) * (j - i)
         return total / max(n, 1)
 
-    def finetune(self, latents: torch.Tensor, actions: torch.Tensor,
-                 round_index: int) -> list[float]:
+    def finetune(self, latents: torch.Tensor, actions: torch.Tensor, round_index: int,
+                 episodes: Sequence[Episode] | None = None) -> list[float]:
         """``steps`` steps of the world-model trainer (``WorldModelFinetune.fit_latents``: the
         tabletop objective, this object's optimizer kept across rounds, a constant ``lr``) on
-        random batches of the clip buffer; returns the loss per step."""
+        random batches of the clip buffer; returns the loss per step. With
+        ``own_context_fraction`` > 0 that share of each batch has the model's own imagined
+        context, replayed from ``episodes`` (the round's: what the current policy does)."""
         self.ensure_models()
         gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + round_index)
         return self.finetuner.fit_latents(latents, actions, self.settings.steps,
-                                          self.settings.batch_size, gen)
+                                          self.settings.batch_size, gen, episodes=episodes)
 
     def finetune_reward(self, episodes: Sequence[Episode], round_index: int
                         ) -> tuple[list[float], dict[str, float]]:
@@ -305,7 +311,7 @@ class Pace:
             all_lat = torch.cat([b[0] for b in self._buffer])
             all_act = torch.cat([b[1] for b in self._buffer])
             tf = time.perf_counter()
-            losses = self.finetune(all_lat, all_act, r)
+            losses = self.finetune(all_lat, all_act, r, episodes)
             reward_losses, reward_metrics = self.finetune_reward(episodes, r)
             finetune_s = time.perf_counter() - tf
             after = self.fixed_noise_loss(latents, actions)
