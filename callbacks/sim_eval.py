@@ -16,7 +16,12 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from wmrl.build import to_container
 from wmrl.eval.evaluate import EvalResult, evaluate_policy, save_success_plot
-from wmrl.eval.side_by_side import WORLD_MODEL_ENV, imagined_beside_eval, paired_gap
+from wmrl.eval.side_by_side import (
+    WORLD_MODEL_ENV,
+    imagined_beside_eval,
+    paired_gap,
+    replay_in_simulator,
+)
 from wmrl.interfaces import PolicyTrainer
 from wmrl.io.atomic import atomic_path
 from wmrl.io.videos import save_gif, side_by_side_video
@@ -53,7 +58,11 @@ class SimEvalCallback(L.Callback):
     scenes of ``tasks[0]`` (all of them if it has fewer), paired with the simulator's verdicts
     on those scenes in this eval (``wmrl.eval.side_by_side.paired_gap``): ``sim/paired_wm_success``,
     ``sim/paired_sim_success``, ``sim/paired_gap`` (wm - sim) with its 95% interval
-    ``sim/paired_gap_ci95_low`` / ``_high``, ``sim/paired_agreement``, ``sim/paired_scenes``."""
+    ``sim/paired_gap_ci95_low`` / ``_high``, ``sim/paired_agreement``, ``sim/paired_scenes``;
+    and the imagined episodes' own actions replayed in the simulator from the same scenes
+    (``replay_in_simulator``: the truth about what the world model judged):
+    ``sim/paired_replay_success``, ``_replay_agreement``, ``_replay_precision`` (the share of
+    imagined successes whose actions succeed in the simulator)."""
 
     def __init__(self, every_n_steps: int = 10, episodes_per_task: int = 70,
                  tasks: list[str] | None = None, temperature: float = 1.0, seed: int = 0,
@@ -174,6 +183,9 @@ class SimEvalCallback(L.Callback):
             [frames for name, frames, _ in res.videos if name == task],
             int(sbs["chunk"]), int(sbs["max_episode_steps"]), kw["env"], kw["temperature"],
             kw["seed"], weights)
+        # the imagined actions in the simulator: is what the world model calls success one?
+        replay_in_simulator(scenes, kw["tasks"][0],
+                            {**kw["env"], "max_episode_steps": int(sbs["max_episode_steps"])})
         seconds = time.perf_counter() - t0
         paired = paired_gap(scenes)
         row.update(paired)
@@ -189,7 +201,8 @@ class SimEvalCallback(L.Callback):
                                                         f"{verdict}.gif")))
             rows.append({"step": step, "scene": r.scene, "imagined_success": r.imagined_success,
                          "imagined_return": r.imagined_return, "peak_score": r.peak_score,
-                         "sim_success": r.real_success})
+                         "sim_success": r.real_success,
+                         "replayed_sim_success": r.replayed_success})
         with open(os.path.join(out, "side_by_side.jsonl"), "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
         self._log_side_by_side(trainer, step, rows, paths)
@@ -198,8 +211,9 @@ class SimEvalCallback(L.Callback):
                     if "gap_ci95_low" in p else "")
         return (f" | imagined vs real on {len(scenes)} scenes: world model "
                 f"{100 * p['wm_success']:.1f}%, simulator {100 * p['sim_success']:.1f}%, gap "
-                f"{100 * p['gap']:+.1f} points{interval}, agree {100 * p['agreement']:.1f}% "
-                f"({seconds:.0f} s)")
+                f"{100 * p['gap']:+.1f} points{interval}, agree {100 * p['agreement']:.1f}%; "
+                f"its actions in the simulator {100 * p['replay_success']:.1f}%, imagined "
+                f"successes real {100 * p['replay_precision']:.1f}% ({seconds:.0f} s)")
 
     @staticmethod
     def _log_side_by_side(trainer: L.Trainer, step: int, rows: list[dict],

@@ -50,6 +50,9 @@ def test_paired_gap_at_an_eval(tmp_path, capsys):
     assert row["sim/paired_sim_success"] == sum(real) / 2 == row["sim/success"]
     assert row["sim/paired_gap"] == (sum(wm) - sum(real)) / 2
     assert row["sim/paired_agreement"] == sum(a == b for a, b in zip(wm, real)) / 2
+    rep = [int(r["replayed_sim_success"]) for r in rows]  # the imagined actions, replayed
+    assert row["sim/paired_replay_success"] == sum(rep) / 2
+    assert row["sim/paired_replay_agreement"] == sum(a == b for a, b in zip(wm, rep)) / 2
     assert len(list((tmp_path / "side_by_side").glob("step000000_scene0_wm_*_sim_*.gif"))) == 1
     assert len(list((tmp_path / "side_by_side").glob("*.gif"))) == 1
     assert "imagined vs real on 2 scenes" in capsys.readouterr().out

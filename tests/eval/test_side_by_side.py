@@ -10,7 +10,13 @@ from test_config import fit_cfg
 
 from wmrl.build import build, to_container
 from wmrl.eval.evaluate import evaluate_policy
-from wmrl.eval.side_by_side import SceneRollouts, imagined_beside_eval, imagined_vs_real, paired_gap
+from wmrl.eval.side_by_side import (
+    SceneRollouts,
+    imagined_beside_eval,
+    imagined_vs_real,
+    paired_gap,
+    replay_in_simulator,
+)
 from wmrl.io.videos import side_by_side_video
 from wmrl.sim.tabletop import initial_frames
 
@@ -83,6 +89,52 @@ def test_paired_gap_by_hand():
     assert [p["sim/paired_gap_ci95_low"], p["sim/paired_gap_ci95_high"]] == pytest.approx(
         [0.25 - 0.7956, 0.25 + 0.7956], abs=1e-4)
     assert "sim/paired_gap_ci95_low" not in paired_gap(res[:1])  # one scene: no interval
+
+
+def test_replaying_actions_in_the_simulator_is_the_episode_they_came_from(rollouts):
+    """The simulator is deterministic: a real episode's actions replayed from its scene give
+    its frames, pixel for pixel, and its verdict. The imagined episodes keep one action per
+    imagined frame; replayed, they start from the imagined episode's first frame."""
+    from wmrl.sim.episodes import EpisodeSpec, PolicyActionSource, rollout_episodes
+    from wmrl.sim.tabletop import TabletopVecEnv
+
+    first, _, cfg = rollouts
+    sim = {**to_container(cfg.callbacks.sim_eval.env), "max_episode_steps": 16}
+    policy = build(cfg.policy)
+    vec = TabletopVecEnv(2, **sim, terminate_on_success=True)
+    try:
+        real = list(rollout_episodes(vec, PolicyActionSource(policy, 1.0, seed=3),
+                                     [EpisodeSpec("red_of_two", state_id=i) for i in (0, 1)]))
+    finally:
+        vec.close()
+    frame = np.zeros((1, 2, 2, 3), np.uint8)
+    res = [SceneRollouts(i, frame, frame, False, False, 0.0, 0.0, actions=ep.actions)
+           for i, ep in enumerate(real)]
+    videos = replay_in_simulator(res, "red_of_two", sim)
+    assert all(np.array_equal(v, ep.frames) for v, ep in zip(videos, real))
+    assert [r.replayed_success for r in res] == [bool(ep.success) for ep in real]
+    for r in first:
+        assert r.actions.shape == (len(r.imagined) - 1, 7)
+    videos = replay_in_simulator(first, "red_of_two", sim)
+    assert all(np.array_equal(v[0], r.imagined[0]) and len(v) <= len(r.imagined)
+               for v, r in zip(videos, first))
+    assert all(isinstance(r.replayed_success, bool) for r in first)
+
+
+def test_replay_figures_by_hand():
+    """Imagined successes in scenes 0, 1, 2, the simulator succeeding with the same actions in
+    scenes 1 and 3: replayed success 2/4, agreement 1/4 (scene 1 only: 0 and 2 are false
+    imagined successes, 3 a missed one), precision 1/3."""
+    frame = np.zeros((1, 2, 2, 3), np.uint8)
+    res = [SceneRollouts(i, frame, frame, False, bool(w), 0.0, 0.0, replayed_success=bool(r))
+           for i, (w, r) in enumerate([(1, 0), (1, 1), (1, 0), (0, 1)])]
+    p = paired_gap(res)
+    assert (p["sim/paired_replay_success"], p["sim/paired_replay_agreement"],
+            p["sim/paired_replay_precision"]) == (0.5, 0.25, pytest.approx(1 / 3))
+    none = [SceneRollouts(0, frame, frame, False, False, 0.0, 0.0, replayed_success=True)]
+    assert np.isnan(paired_gap(none)["sim/paired_replay_precision"])
+    assert "sim/paired_replay_success" not in paired_gap(res[:1] + [SceneRollouts(
+        1, frame, frame, False, False, 0.0, 0.0)])  # a scene not replayed: no replay figures
 
 
 def test_the_world_model_half_beside_an_eval_is_the_whole_side_by_side(rollouts):

@@ -87,6 +87,9 @@ def run_figures(run: str, signal: str) -> dict:
     out["wm_gap"] = [r["wm/success"] - r["sim/success"] for r in rows[1:] if "wm/success" in r]
     # imagined minus simulated success of the same policy on the same scenes, every eval
     out["paired_gap"] = [r["sim/paired_gap"] for r in rows if "sim/paired_gap" in r]
+    # the share of imagined successes whose actions succeed in the simulator, every eval
+    out["replay_precision"] = [r["sim/paired_replay_precision"] for r in rows
+                               if "sim/paired_replay_precision" in r]
     try:
         series = read_metric(run, signal)
     except RunLogError:

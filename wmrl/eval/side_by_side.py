@@ -48,6 +48,8 @@ class SceneRollouts:
     imagined_success: bool  # the reward's verdict (peak score >= env.success_threshold)
     imagined_return: float
     peak_score: float
+    actions: np.ndarray | None = None  # float32 [T', 7]: what the policy did in imagination
+    replayed_success: bool | None = None  # those actions in the simulator (replay_in_simulator)
 
 
 def imagined_vs_real(policy, env: dict, task: str, scenes: int, chunk: int,
@@ -104,11 +106,48 @@ def imagined_beside_eval(policy, env: dict, task: str, sim_success: list[bool],
                         weights, real, [bool(s) for s in sim_success])
 
 
+def replay_in_simulator(results: list[SceneRollouts], task: str, sim_env: dict | None = None
+                        ) -> list[np.ndarray]:
+    """Each scene's imagined actions (``SceneRollouts.actions``) stepped in the simulator from
+    the same scene (state ``scene`` of ``sim_env``'s set), until success or the actions run
+    out: sets ``replayed_success``, returns the replayed videos (uint8 [n + 1, H, W, 3]).
+    The simulator is deterministic, so this is the truth about exactly the actions the world
+    model judged: an imagined success whose actions fail here is one the policy can learn to
+    fool the world model with."""
+    kw = {k: v for k, v in (sim_env or {}).items() if k != "_target_"}
+    kw.update(terminate_on_success=True)
+    vec = TabletopVecEnv(1, **kw)
+    env, videos = vec.envs[0], []
+    try:
+        for r in results:
+            if r.actions is None:
+                raise ValueError(f"scene {r.scene} has no imagined actions to replay")
+            obs, info = env.reset(options={"task": task, "state_id": r.scene})
+            frames, ok = [obs["image"]], bool(info["success"])
+            for a in r.actions:
+                if ok:
+                    break
+                obs, _, term, trunc, info = env.step(np.asarray(a, np.float64))
+                frames.append(obs["image"])
+                ok = bool(info["success"])
+                if term or trunc:
+                    break
+            r.replayed_success = ok
+            videos.append(np.stack(frames))
+    finally:
+        vec.close()
+    return videos
+
+
 def paired_gap(results: list[SceneRollouts], prefix: str = "sim/paired") -> dict[str, float]:
     """The paired closed-loop gap of the module docstring over ``results``' scenes:
     ``<prefix>_scenes``, ``_wm_success``, ``_sim_success``, ``_gap`` (wm - sim, a difference of
     success rates: x100 for points), ``_agreement`` and, with 2 scenes or more,
-    ``_gap_ci95_low`` / ``_gap_ci95_high``."""
+    ``_gap_ci95_low`` / ``_gap_ci95_high``. Where every scene was replayed
+    (``replay_in_simulator``), with r_i the simulator's verdict on the imagined actions:
+    ``_replay_success`` = mean(r), ``_replay_agreement`` = mean(1[w_i = r_i]) and
+    ``_replay_precision`` = P(r = 1 | w = 1) (NaN without an imagined success): how often what
+    the world model calls a success is one."""
     if not results:
         raise ValueError("paired_gap needs at least one scene")
     w = np.array([r.imagined_success for r in results], dtype=float)
@@ -119,6 +158,12 @@ def paired_gap(results: list[SceneRollouts], prefix: str = "sim/paired") -> dict
     if len(results) > 1:
         _, lo, hi = t_interval(w - s)
         out.update({f"{prefix}_gap_ci95_low": lo, f"{prefix}_gap_ci95_high": hi})
+    if all(r.replayed_success is not None for r in results):
+        rep = np.array([r.replayed_success for r in results], dtype=float)
+        out.update({f"{prefix}_replay_success": float(rep.mean()),
+                    f"{prefix}_replay_agreement": float((w == rep).mean()),
+                    f"{prefix}_replay_precision":
+                        float(rep[w == 1].mean()) if w.any() else float("nan")})
     return out
 
 
@@ -149,24 +194,27 @@ def _imagine(policy, env, starts, chunk, max_episode_steps, temperature, seed, w
     policy.eval()
     try:
         obs = wm.reset(seed=seed, state_ids=list(range(scenes)))
-        frames, peak = [], torch.zeros(scenes)
+        frames, taken, peak = [], [], torch.zeros(scenes)
         generator = torch.Generator().manual_seed(seed)
         info = {}
         for _ in range(max_episode_steps // chunk):
             actions = policy.sample(obs, temperature, generator=generator).actions
             obs, _, _, _, info = wm.chunk_step(actions.float())
             frames.append(info["frames"].cpu().numpy())
+            taken.append(actions.float().cpu().numpy())
             peak = torch.maximum(peak, info["scores"].amax(1).cpu())
             if bool((info["success"] | (info["episode_len"] >= max_episode_steps)).all()):
                 break  # every scene ended: imagined success, or out of steps
     finally:
         policy.train(was_training)
     video = np.concatenate(frames, 1)  # [scenes, steps, H, W, 3], zeros once a row ended
+    acts = np.concatenate(taken, 1)  # [scenes, steps, 7], as the env took them
     out = []
     for i in range(scenes):
         n = int(info["episode_len"][i])
         out.append(SceneRollouts(
             scene=i, real=real[i], imagined=np.concatenate([starts[i].frames[:1], video[i, :n]]),
             real_success=real_success[i], imagined_success=bool(info["success"][i]),
-            imagined_return=float(info["return"][i]), peak_score=float(peak[i])))
+            imagined_return=float(info["return"][i]), peak_score=float(peak[i]),
+            actions=acts[i, :n]))
     return out
