@@ -121,6 +121,30 @@ def test_replaying_actions_in_the_simulator_is_the_episode_they_came_from(rollou
     assert all(isinstance(r.replayed_success, bool) for r in first)
 
 
+def test_the_script_prints_the_replayed_figures(capsys):
+    """scripts/imagined_vs_real.py without --out: no figure, a row per scene with its replayed
+    verdict, then paired_gap's figures, the replay's included."""
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "imagined_vs_real.py"
+    argv = sys.argv
+    sys.argv = [str(script), "--scenes", "2", "rollout.max_episode_steps=16"]
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert done.value.code == 0
+    rows, figures = (json.loads(line) for line in capsys.readouterr().out.splitlines()[-2:])
+    rep = [r["replayed_sim_success"] for r in rows]
+    assert len(rows) == 2 and all(isinstance(v, bool) for v in rep)
+    assert figures["sim/paired_replay_success"] == sum(rep) / 2
+    assert figures["sim/paired_scenes"] == 2
+
+
 def test_replay_figures_by_hand():
     """Imagined successes in scenes 0, 1, 2, the simulator succeeding with the same actions in
     scenes 1 and 3: replayed success 2/4, agreement 1/4 (scene 1 only: 0 and 2 are false
