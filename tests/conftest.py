@@ -11,6 +11,11 @@ ROOT = os.path.dirname(TESTS_DIR)
 CONF_DIR = os.path.join(ROOT, "conf")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# Ray >= 2.5x turns token auth on for a new local cluster and, on a machine without
+# ~/.ray/auth_token (a fresh CI machine), writes a new token there: two pytest workers starting
+# their clusters at once can each write their own, and a process of one cluster then reads the
+# other's. The tests' clusters are local and short-lived: no token (Ray's documented opt-out).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # the training pool's rendered scenes (wmrl.envs.train_pool) in this session's own cache: two
 # pytest workers never render into one folder, and no test reads or fills the user's cache
 if "WMRL_CACHE" not in os.environ:
