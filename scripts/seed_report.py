@@ -16,6 +16,9 @@ one JSON line with every figure:
 * ``paired_gap``: ``sim/paired_gap`` at each eval, the world model's success minus the
   simulator's of the same policy on the same scenes (``callbacks.sim_eval.side_by_side``);
   ``max_abs_paired_gap`` the largest over runs and evals;
+* ``replay_precision``: ``sim/paired_replay_precision`` at each eval, the share of the world
+  model's imagined successes whose actions succeed replayed in the simulator;
+  ``min_replay_precision`` the lowest;
 * ``signal``: Pearson r, over every (run, eval interval), of the interval's mean
   ``--signal`` metric (default ``wm/fragile_success``, ``env.resample_check``) against the
   interval's ``wm_gap`` and against its simulator gain; how well a simulator-free number

@@ -22,7 +22,8 @@ def printed(runs, against=None) -> str:
     return "\n".join(seed_report.report_lines(seed_report.report(runs, against=against)))
 
 
-def make_run(root, name, sim, unseen, wm, fragile, paired=(None, None, None)):
+def make_run(root, name, sim, unseen, wm, fragile, paired=(None, None, None),
+             precision=(None, None, None)):
     """sim: success at steps 0/10/20; unseen: at 0 and 20; wm: the world model's at 10/20;
     fragile: the signal, constant within each interval; paired: sim/paired_gap at 0/10/20
     (None: that eval had no side-by-side)."""
@@ -32,9 +33,11 @@ def make_run(root, name, sim, unseen, wm, fragile, paired=(None, None, None)):
             {"step": 10, "sim/success": sim[1], "wm/success": wm[0]},
             {"step": 20, "sim/success": sim[2], "wm/success": wm[1],
              "sim_unseen/success": unseen[1]}]
-    for row, gap in zip(rows, paired):
+    for row, gap, p in zip(rows, paired, precision):
         if gap is not None:
             row["sim/paired_gap"] = gap
+        if p is not None:
+            row["sim/paired_replay_precision"] = p
     (run / "sim_eval" / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     csv_dir = run / "csv" / "version_0"
     csv_dir.mkdir(parents=True)
@@ -45,7 +48,7 @@ def make_run(root, name, sim, unseen, wm, fragile, paired=(None, None, None)):
 
 def test_gains_mean_se_gap_and_signal(tmp_path):
     runs = [make_run(tmp_path, "s0", [0.40, 0.45, 0.50], [0.42, 0.50], [0.30, 0.60], [0.1, 0.3],
-                     paired=[-0.125, 0.0625, 0.25]),
+                     paired=[-0.125, 0.0625, 0.25], precision=[0.25, 0.5, float("nan")]),
             make_run(tmp_path, "s1", [0.40, 0.42, 0.46], [0.42, 0.46], [0.35, 0.50], [0.1, 0.2],
                      paired=[-0.3125, None, 0.0]),
             make_run(tmp_path, "s2", [0.40, 0.48, 0.54], [0.42, 0.54], [0.40, 0.44], [0.0, 0.1])]
@@ -63,6 +66,8 @@ def test_gains_mean_se_gap_and_signal(tmp_path):
     # the paired gaps as logged at each eval (step 0 included); s2 has none: largest 0.3125
     assert seed_report.run_figures(runs[1], "wm/fragile_success")["paired_gap"] == [-0.3125, 0.0]
     assert res["max_abs_paired_gap"] == 0.3125
+    # the share of imagined successes that are real, at s0's evals (NaN: none imagined)
+    assert res["min_replay_precision"] == 0.25
     # 6 (signal, gap) points; by hand: r = corrcoef of these
     sig = [0.1, 0.3, 0.1, 0.2, 0.0, 0.1]
     gap = [-0.15, 0.10, -0.07, 0.04, -0.08, -0.10]
@@ -74,7 +79,8 @@ def test_gains_mean_se_gap_and_signal(tmp_path):
     assert seed_report.report(runs)["summary"]["real_episodes"] == [0, 480, 0]
     out = printed(runs)
     assert "real episodes 480" in out
-    assert "| paired wm - sim -12.5 +6.2 +25.0 |" in out and "| paired wm - sim - |" in out
+    assert "| paired wm - sim -12.5 +6.2 +25.0 | imagined successes real 25% 50% n/a |" in out
+    assert "| paired wm - sim - | imagined successes real - |" in out
     assert ("gain_train: +10.0 +- 2.3 points (mean +- SE, 95% CI [+0.1, +19.9], n=3, "
             "min +6.0)") in out
 

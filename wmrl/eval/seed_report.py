@@ -132,6 +132,8 @@ def report(runs: list[str], signal: str = "wm/fragile_success",
     paired_gaps = [g for r in per_run for g in r["paired_gap"]]
     summary["max_abs_paired_gap"] = (float(max(map(abs, paired_gaps))) if paired_gaps
                                      else float("nan"))
+    precisions = [p for r in per_run for p in r["replay_precision"] if math.isfinite(p)]
+    summary["min_replay_precision"] = min(precisions) if precisions else float("nan")
     pts = [(s, g, b - a) for r in per_run if r["signal"]
            for s, g, a, b in zip(r["signal"], r["wm_gap"], r["sim"], r["sim"][1:])
            if math.isfinite(s)]
@@ -157,9 +159,11 @@ def report_lines(res: dict) -> list[str]:
                         if k.startswith("gain_") and k != "gain_train")
         gaps = " ".join(f"{100 * g:+.1f}" for g in r["wm_gap"])
         paired = " ".join(f"{100 * g:+.1f}" for g in r["paired_gap"])
+        real = " ".join(f"{100 * p:.0f}%" if math.isfinite(p) else "n/a"  # (none imagined)
+                        for p in r["replay_precision"])
         lines.append(f"{r['run']}: sim {evals} | gain {100 * r['gain_train']:+.1f}{extra} | "
-                     f"wm - sim {gaps} | paired wm - sim {paired or '-'} | real episodes "
-                     f"{r['real_episodes']}")
+                     f"wm - sim {gaps} | paired wm - sim {paired or '-'} | imagined successes "
+                     f"real {real or '-'} | real episodes {r['real_episodes']}")
     for key, v in res["summary"].items():
         if key.startswith("gain_"):
             lines.append(f"{key}: {_pm(v)}")
