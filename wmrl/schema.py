@@ -376,10 +376,10 @@ class WorldModelFinetuneSchema:
         require("module.part", self.part, self.part == "dit", "the fine-tune trains the DiT "
                 "(part=dit); the VAE stage is scripts/train_world_model.py's (vae_train)")
         require("module.own_context_fraction", self.own_context_fraction,
-                self.own_context_fraction == 0, "clips of the model's own imagination are "
-                "drawn by the asset build (scripts/train_world_model.py's transformer_train), "
-                "not yet by this fine-tune's data stream: set 0")
-        require_positive("module", self, "lr", "num_inference_steps", "grad_clip")
+                0 <= self.own_context_fraction < 1, "must be in [0, 1) (the share of each "
+                "batch whose context the model imagined; 0: off)")
+        require_positive("module", self, "lr", "num_inference_steps", "grad_clip",
+                         "own_context_refresh", "own_context_episodes")
         require_positive("module", self, "weight_decay", "warmup_steps", "video_clips",
                          "horizon_episodes", "lr_min_ratio", "gripper_event_weight",
                          allow_zero=True)

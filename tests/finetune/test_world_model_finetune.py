@@ -220,6 +220,38 @@ def test_export_folds_the_adapters_into_the_dit(assets, tmp_path):
     torch.testing.assert_close(got, adapted, rtol=1e-4, atol=1e-5)
 
 
+def test_own_context_clips_in_the_lightning_fine_tune(assets, tmp_path, monkeypatch):
+    """module.own_context_fraction=0.5 of a batch of 2: one clip a step has the model's own
+    imagined context; own_context_refresh=2 replays own_context_episodes=2 of the 3 training
+    episodes through the model at steps 0 and 2 (not the held-out one); the losses differ from
+    the plain fine-tune's, whose steps replay nothing."""
+    import wmrl.finetune.world_model_module as M
+
+    calls = []
+    real = M.own_context_clips
+
+    def spy(model, episodes, num_inference_steps, seed):
+        calls.append(([len(e.frames) for e in episodes], model.training, num_inference_steps))
+        return real(model, episodes, num_inference_steps, seed)
+
+    monkeypatch.setattr(M, "own_context_clips", spy)
+    losses = {}
+    for name, frac in (("plain", 0.0), ("own", 0.5)):
+        calls.clear()
+        run = tmp_path / name
+        finetune(compose_cfg(assets, run, "data.batch_size=2", "lora=null",
+                             f"module.own_context_fraction={frac}",
+                             "module.own_context_refresh=2", "module.own_context_episodes=2"))
+        losses[name] = [float(r["train/loss"]) for r in metrics(run) if r.get("train/loss")]
+        if frac:  # two replays of 2 training episodes (17, 9 or 12 frames), in eval mode
+            assert len(calls) == 2 and all(len(c[0]) == 2 and set(c[0]) <= {17, 9, 12}
+                                           and not c[1] and c[2] == 2 for c in calls)
+        else:
+            assert calls == []
+    assert len(losses["own"]) == len(losses["plain"]) == 3
+    assert losses["own"][0] != losses["plain"][0]
+
+
 def test_full_finetune_step_learns_and_saves_no_vae(assets):
     """Full fine-tune: the DiT and action modules train, the VAE stays frozen; 15 AdamW steps
     on one batch lower the loss at fixed draws."""

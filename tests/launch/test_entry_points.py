@@ -49,8 +49,9 @@ def reward_cfg(*overrides: str):
     ("module.part=vae", "module.part='vae' is not allowed: the fine-tune trains the DiT"),
     ("module.grad_clip=0", "module.grad_clip=0.0 is not allowed: must be > 0"),
     ("module.horizon_episodes=-1", "module.horizon_episodes=-1 is not allowed: must be >= 0"),
-    ("module.own_context_fraction=0.25",
-     "module.own_context_fraction=0.25 is not allowed: clips of the model's own imagination"),
+    ("module.own_context_fraction=1.0",
+     "module.own_context_fraction=1.0 is not allowed: must be in [0, 1)"),
+    ("module.own_context_refresh=0", "module.own_context_refresh=0 is not allowed: must be > 0"),
 ])
 def test_finetune_world_model_refuses_a_bad_setting_before_any_data_or_model(override, error):
     with pytest.raises(ConfigError) as err:

@@ -177,6 +177,11 @@ class WorldModelClipData(L.LightningDataModule):
             self._val = ValClips(self.source, self.val_episodes, self.val_chunks)
         return DataLoader(self._val, batch_size=self.batch_size, shuffle=False)
 
+    def train_records(self, picks: Sequence[int]) -> list[Episode]:
+        """Training episodes ``picks`` (indices into ``train_episodes``) whole: what the
+        trainer's own-context clips replay (``WorldModelFinetune.own_context_replays``)."""
+        return [self.source.record(self.train_episodes[int(i)]) for i in picks]
+
     def held_out_episodes(self, n: int) -> list[Episode]:
         """The first ``n`` held-out episodes whole (``WorldModelFinetune``'s replay over the
         whole episode at each validation), read once."""

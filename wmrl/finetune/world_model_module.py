@@ -24,7 +24,11 @@ across calls: PACE's rounds go on with one optimizer), then ``fit_latents`` (the
 latents) or ``fit_pixels`` (the VAE) draw random clip batches from one ``torch.Generator``
 (the clip indices, then the objective's draws, step after step) and take ``step``.
 ``gripper_event_weight`` draws clips whose gripper command flips more often
-(``clip_sampling_weights``).
+(``clip_sampling_weights``). ``own_context_fraction`` f > 0: round(f * batch) clips of each
+batch have the model's own imagined context (wmrl/finetune/own_context.py), replayed every
+``own_context_refresh`` steps from ``own_context_episodes`` recorded episodes: the caller's
+without a Trainer (``fit_latents(episodes=...)``), the datamodule's training episodes with
+one (``own_context_replays``, the last clips of the loader's batch replaced).
 
 Validation, on held-out episodes: the objective at fixed draws (``val/loss``), and the 8 new
 frames generated from the true condition frames and actions (``num_inference_steps`` Euler
@@ -47,6 +51,7 @@ the frozen rest comes from ``world_model.path`` again on resume, so ``strict_loa
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -228,6 +233,7 @@ class WorldModelFinetune(L.LightningModule):
         self.optimizer: torch.optim.Optimizer | None = None  # without a Trainer
         self.schedule: torch.optim.lr_scheduler.LambdaLR | None = None
         self._val: dict[str, list[torch.Tensor]] = {}
+        self._own: tuple[torch.Tensor, torch.Tensor] | None = None  # own-context clips (Lightning)
 
     # ---------------------------------------------------------------- model
     def configure_model(self) -> None:
@@ -420,9 +426,18 @@ class WorldModelFinetune(L.LightningModule):
         if self.hparams.part != "dit":
             raise ConfigError("the Lightning path trains the DiT (part=dit); the VAE stage "
                               "runs without a Trainer (fit_pixels)")
-        latents = self._latents(batch["frames"])
+        latents, actions = self._latents(batch["frames"]), batch["actions"]
         gen = self._generator(self.global_step, self.global_rank)
-        loss = self.latent_loss(latents, batch["actions"], gen)
+        n_own = round(self.hparams.own_context_fraction * latents.shape[0])
+        if n_own:  # that share of the batch: clips with the model's own imagined context
+            if self._own is None or self.global_step % self.hparams.own_context_refresh == 0:
+                self._own = self.own_context_replays()
+            own_lat, own_act = self._own
+            j = torch.randint(len(own_lat), (n_own,), generator=gen).to(own_lat.device)
+            keep = latents.shape[0] - n_own
+            latents = torch.cat([latents[:keep], own_lat[j]])
+            actions = torch.cat([actions[:keep], own_act[j].to(actions.device)])
+        loss = self.latent_loss(latents, actions, gen)
         self.step(loss)
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=latents.shape[0])
         return loss.detach()
@@ -478,15 +493,12 @@ class WorldModelFinetune(L.LightningModule):
             episodes = data.held_out_episodes(self.hparams.horizon_episodes)
             self.log_dict(self.horizon_figures(episodes), sync_dist=True)
 
-    def horizon_figures(self, episodes: Sequence[Episode]) -> dict[str, float]:
-        """``horizon_metrics`` of ``episodes`` replayed open loop over the whole episode
-        (``horizon_report``: the env from each first frame, fed the recorded actions chunk by
-        chunk, its own frames its context after the first chunk), in eval mode without grad;
-        the modules' train modes and requires_grad flags restored after (the env freezes the
-        model it is given). Every rank replays the same episodes with the same noise (seeded
-        with ``seed``): a sharded (FSDP) model needs the same forward calls on every rank,
-        and medians and shares of episodes are not means that ranks could average; the
-        figures do not depend on the number of ranks."""
+    @contextlib.contextmanager
+    def _replaying(self):
+        """The model in eval mode without grad for an open-loop replay (the env freezes the
+        model it is given); the modules' train modes and requires_grad flags restored after.
+        Every rank must replay the same episodes with the same noise: a sharded (FSDP) model
+        needs the same forward calls on every rank."""
         model = self.model
         # FSDP2 keeps the root's gathered parameters registered after a forward: reshard so
         # the flags saved (and restored) are the sharded ones the optimizer holds
@@ -495,15 +507,9 @@ class WorldModelFinetune(L.LightningModule):
             m.reshard()
         modes = [(m, m.training) for m in model.modules()]
         grads = [(p, p.requires_grad) for p in model.parameters()]
-        quiet = self._trainer is not None and not self.trainer.is_global_zero
-        say = (lambda line: None) if quiet else print
-        say(f"horizon replay at step {self.global_step}: {len(episodes)} held-out episode(s) "
-            "open loop, each chunk's last frame against the recorded one")
         try:
             with torch.no_grad():
-                report, _ = self.horizon_report(
-                    model.eval(), episodes, num_inference_steps=self.hparams.num_inference_steps,
-                    seed=self.hparams.seed, log=say)
+                yield model.eval()
         finally:
             for m, training in modes:
                 m.train(training)
@@ -511,6 +517,43 @@ class WorldModelFinetune(L.LightningModule):
                 p.requires_grad_(needed)
             for m in sharded:  # the next forward gathers afresh, with the flags restored
                 m.reshard()
+
+    def own_context_replays(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Lightning path's own-context clips (``fit_latents``' for the asset build):
+        ``own_context_episodes`` training episodes of the datamodule (``train_records``),
+        drawn with a generator of (``seed``, step) so every rank draws the same ones, replayed
+        open loop through the current model (``own_context_clips``) -> (latents, actions)."""
+        data = self.trainer.datamodule if self._trainer is not None else None
+        if not hasattr(data, "train_records"):
+            raise ConfigError("own_context_fraction > 0 replays training episodes of a "
+                              "WorldModelClipData: fit with datamodule=... or set "
+                              "own_context_fraction=0")
+        h = self.hparams
+        gen = self._generator(-2, self.global_step)  # the same on every rank
+        pick = torch.randperm(len(data.train_episodes), generator=gen)[:h.own_context_episodes]
+        episodes = data.train_records(pick.tolist())
+        seed = int(torch.randint(2 ** 31, (1,), generator=gen))
+        if self._trainer is None or self.trainer.is_global_zero:
+            print(f"own-context replay at step {self.global_step}: {len(episodes)} training "
+                  "episode(s) open loop through the model", flush=True)
+        with self._replaying() as model:
+            return own_context_clips(model, episodes, h.num_inference_steps, seed)
+
+    def horizon_figures(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """``horizon_metrics`` of ``episodes`` replayed open loop over the whole episode
+        (``horizon_report``: the env from each first frame, fed the recorded actions chunk by
+        chunk, its own frames its context after the first chunk), in ``_replaying``. Every
+        rank replays the same episodes with the same noise (seeded with ``seed``): medians and
+        shares of episodes are not means that ranks could average; the figures do not depend
+        on the number of ranks."""
+        quiet = self._trainer is not None and not self.trainer.is_global_zero
+        say = (lambda line: None) if quiet else print
+        say(f"horizon replay at step {self.global_step}: {len(episodes)} held-out episode(s) "
+            "open loop, each chunk's last frame against the recorded one")
+        with self._replaying() as model:
+            report, _ = self.horizon_report(
+                model, episodes, num_inference_steps=self.hparams.num_inference_steps,
+                seed=self.hparams.seed, log=say)
         return horizon_metrics(report)
 
     # ---------------------------------------------------------------- export
