@@ -320,14 +320,18 @@ def finetune_two_ranks(cwd: Path, *overrides: str) -> None:
 def test_lora_finetune_sharded_over_two_ranks_resumes(assets, tmp_path):
     """strategy=world_model_shard (HybridShardStrategy, FSDP2 over the DiT blocks, gloo): the
     checkpoint is a DCP folder of the adapters and action modules only; a resume restores
-    them (resumed at its last step, the export is the same tensors) and trains on."""
+    them (resumed at its last step, the export is the same tensors) and trains on. Half of
+    each rank's batch of 2 is own-context clips (replayed at steps 0 and 2 from the same
+    training episodes on both ranks: the sharded model needs the same forwards)."""
     from strategies.checkpoint import load_full_state_dict
 
     run = tmp_path / "run"
     common = [f"world_model.path={assets / 'wm'}", f"data.paths=[{assets / 'ds'}]",
               "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
               "module.num_inference_steps=2", "+lora.rank=4", "strategy=world_model_shard",
-              "trainer.devices=2", f"hydra.run.dir={run}"]
+              "trainer.devices=2", f"hydra.run.dir={run}", "data.batch_size=2",
+              "module.own_context_fraction=0.5", "module.own_context_refresh=2",
+              "module.own_context_episodes=2"]
     finetune_two_ranks(tmp_path, *common, "trainer.max_steps=3", f"out_dir={tmp_path / 'a'}")
     last = run / "checkpoints" / "last.ckpt"
     assert (last / ".metadata").is_file()  # sharded: one DCP folder
