@@ -36,10 +36,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="where the world model and the reward run: cpu, cuda, cuda:1 ...")
     p.add_argument("--success-threshold", type=float, default=0.99,
                    help="p(success) at which an episode succeeds (conf/env/wan_tabletop.yaml's)")
+    p.add_argument("--context-noise", type=float, default=0.0,
+                   help="noise on the condition latents at every chunk (env.context_noise_sigma)")
     p.add_argument("--force", action="store_true", help="replace --out whatever it holds")
     a = p.parse_args(argv)
     exit_on_config_error(run_report, a.world_model, a.episodes, a.out, a.reward, a.max_episodes,
-                         a.seed, a.steps, a.success_threshold, a.force, a.device)
+                         a.seed, a.steps, a.success_threshold, a.force, a.device,
+                         context_noise_sigma=a.context_noise)
 
 
 if __name__ == "__main__":

@@ -125,10 +125,12 @@ class WanEnvSchema:
     return_frames: bool = False
     resample_check: bool = False
     resample_return: Optional[ResampleReturn] = None
+    context_noise_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         require_positive("env", self, "condition_frames", "num_inference_steps", "reward_coef")
-        require_positive("env", self, "max_regenerations", allow_zero=True)
+        require_positive("env", self, "max_regenerations", "context_noise_sigma",
+                         allow_zero=True)
         require("env.success_threshold", self.success_threshold,
                  0 <= self.success_threshold <= 1,
                  "must be in [0, 1] (an episode succeeds when the reward's per-frame success "

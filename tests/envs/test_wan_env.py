@@ -139,10 +139,12 @@ def test_binary_reward_without_rel(states_dir):
     assert torch.equal(r, (info["scores"] >= 0.5).float())
 
 
-def reference_chunks(env, ids, chunks, thr):
+def reference_chunks(env, ids, chunks, thr, context_noise=0.0):
     """The module docstring's contract written out with plain calls: the whole 5-frame clip
     encoded (NumPy pixel conversion), one noise draw for all envs per chunk, the finished envs
-    left out; (active rows, new uint8 frames, scores, clip frames) per chunk while any is active."""
+    left out; with ``context_noise`` the DiT shown the condition latents plus that much noise
+    (its own stream, seeded 13 * seed + 15485863), the clean ones decoded; (active rows, new
+    uint8 frames, scores, clip frames) per chunk while any is active."""
     m, s, b = env.model, env.states, len(ids)
     frames = s.frames[ids][:, None].repeat(1, 5, 1, 1, 1).numpy()
     cond_actions = torch.zeros(b, 5, 7)
@@ -151,6 +153,7 @@ def reference_chunks(env, ids, chunks, thr):
         frames[:, 1:] = s.context_frames[ids].numpy()
         cond_actions[:, 1:] = s.context_actions[ids]
     noise_rng = torch.Generator().manual_seed(0)  # the env's seed
+    context_rng = torch.Generator().manual_seed(15_485_863)
     done, out = torch.zeros(b, dtype=torch.bool), []
     for i in range(chunks):
         rows = (~done).nonzero().flatten()
@@ -161,7 +164,11 @@ def reference_chunks(env, ids, chunks, thr):
         clip = torch.from_numpy(u8_to_unit_np(frames[rows.numpy()])).permute(0, 4, 1, 2, 3)
         cond = m.encode(clip)
         noise = torch.randn((b, *cond.shape[1:2], 2, *cond.shape[3:]), generator=noise_rng)
-        new = m.generate(cond, full, noise[rows], env.num_inference_steps)
+        seen = cond
+        if context_noise:
+            seen = cond + context_noise * torch.randn((b, *cond.shape[1:]),
+                                                      generator=context_rng)[rows]
+        new = m.generate(seen, full, noise[rows], env.num_inference_steps)
         video = m.decode(torch.cat([cond, new], 2))[:, :, 5:]
         u8 = unit_to_u8_torch(video.permute(0, 2, 3, 4, 1)).numpy()
         frames[rows.numpy(), 1:] = u8[:, -4:]
@@ -171,17 +178,19 @@ def reference_chunks(env, ids, chunks, thr):
     return out
 
 
-@pytest.mark.parametrize("kir", [False, True])
+@pytest.mark.parametrize("kir,context_noise", [(False, 0.0), (True, 0.0), (False, 0.3)])
 @torch.no_grad()
-def test_chunk_steps_are_the_documented_computation(states_dir, kir):
+def test_chunk_steps_are_the_documented_computation(states_dir, kir, context_noise):
     """The env (frames on the device, anchor encoded once, re-encoded when the active set
-    shrinks) gives the reference's frames, observations and scores bit for bit."""
-    probe = make_env(states_dir, kir_reset=kir)
+    shrinks) gives the reference's frames, observations and scores bit for bit; with
+    context_noise_sigma too."""
+    probe = make_env(states_dir, kir_reset=kir, context_noise_sigma=context_noise)
     probe.reset(state_ids=[3, 5])
     thr = float(probe.chunk_step(actions(0))[4]["scores"].max(1).values.median())
-    env = make_env(states_dir, kir_reset=kir, success_threshold=thr)
+    env = make_env(states_dir, kir_reset=kir, success_threshold=thr,
+                   context_noise_sigma=context_noise)
     env.reset(state_ids=[3, 5])
-    ref = reference_chunks(env, torch.tensor([3, 3, 5, 5]), 3, thr)
+    ref = reference_chunks(env, torch.tensor([3, 3, 5, 5]), 3, thr, context_noise)
     assert len(ref) >= 2 and 0 < len(ref[1][0]) < 4  # the active set shrinks after chunk 1
     for i, (rows, u8, scores, frames) in enumerate(ref):
         obs, _, _, _, info = env.chunk_step(actions(i))
@@ -202,6 +211,7 @@ def test_state_dict_restores_rng_and_episode(states_dir):
     other = make_env(states_dir, seed=99)
     other.load_state_dict(sd)
     assert torch.equal(other._check_rng.get_state(), sd["check_rng"])  # resample_check's stream
+    assert torch.equal(other._context_rng.get_state(), sd["context_rng"])  # context noise's
     b = other.chunk_step(actions(1))
     assert torch.equal(a[0]["image"], b[0]["image"]) and torch.equal(a[1], b[1])
     assert a[0]["task"] == b[0]["task"]

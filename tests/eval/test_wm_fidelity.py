@@ -202,6 +202,13 @@ def test_report_of_a_tiny_world_model(tmp_path, capsys):
         run_report(tmp_path / "wm", tmp_path / "eps", tmp_path / "new", reward=tmp_path / "eps")
     with pytest.raises(ConfigError, match="--device=gpu"):
         run_report(tmp_path / "wm", tmp_path / "eps", tmp_path / "new", device="gpu")
+    with pytest.raises(ConfigError, match="--context-noise=-0.1 must be >= 0"):
+        run_report(tmp_path / "wm", tmp_path / "eps", tmp_path / "new", context_noise_sigma=-0.1)
+    # noise on the condition latents: recorded, and other imagined frames than without it
+    noisy = run_report(tmp_path / "wm", tmp_path / "eps", tmp_path / "noisy",
+                       num_inference_steps=1, success_threshold=0.5, context_noise_sigma=0.5)
+    assert noisy["context_noise_sigma"] == 0.5 and saved["context_noise_sigma"] == 0.0
+    assert noisy["chunks"][1]["psnr"] != saved["chunks"][1]["psnr"]
 
 
 def test_state_figures_through_a_camera(tmp_path):

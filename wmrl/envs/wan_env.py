@@ -10,7 +10,9 @@ One ``chunk_step(actions [B, 8, 7])``:
   (2 condition latents at timestep 0, 2 generated);
 * actions for all 13 frames = [5 condition actions ; 8 new actions]; the condition actions
   then become [slot 0 kept ; last 4 of the 13]; after reset they are zeros with gripper -1;
-* flow-matching Euler sampler, ``num_inference_steps`` steps, cfg 1.0;
+* flow-matching Euler sampler, ``num_inference_steps`` steps, cfg 1.0 (with
+  ``context_noise_sigma`` > 0 the DiT sees the condition latents plus that much Gaussian noise,
+  the inference side of the training objective's noisy-context augmentation);
 * reward model scores the 8 new frames -> s [B, 8] in [0, 1];
 * reward shaping (``wmrl.rewards.shaping`` holds the equations): chunk success =
   max_t s_t >= success_threshold, flagged as termination on the chunk's last frame;
@@ -107,6 +109,7 @@ class WanWorldModelEnv:
         return_frames: bool = False,
         resample_check: bool = False,
         resample_return: str | None = None,
+        context_noise_sigma: float = 0.0,
         device: str = "cpu",
     ):
         if num_envs < 1 or group_size < 1 or num_envs % group_size:
@@ -129,6 +132,9 @@ class WanWorldModelEnv:
         self.max_regenerations, self.height, self.width = max_regenerations, height, width
         self.seed, self.return_frames = seed, return_frames
         self.resample_check, self.resample_return = resample_check, resample_return
+        if context_noise_sigma < 0:
+            raise ValueError(f"env.context_noise_sigma must be >= 0, got {context_noise_sigma}")
+        self.context_noise_sigma = float(context_noise_sigma)
         if resample_return not in (None, *RESAMPLE_RETURNS):
             raise ValueError(f"env.resample_return must be null, min or mean; got "
                              f"{resample_return!r}")
@@ -158,6 +164,7 @@ class WanWorldModelEnv:
         self._reset_rng = torch.Generator()
         self._noise_rng = torch.Generator(device=self.device)
         self._check_rng = torch.Generator(device=self.device)
+        self._context_rng = torch.Generator(device=self.device)
         self._seed_rngs(seed)
         self._has_reset = False
         self._anchor = None
@@ -170,6 +177,7 @@ class WanWorldModelEnv:
         seed_reset_generator(self._reset_rng, seed)
         self._noise_rng.manual_seed(int(seed))
         self._check_rng.manual_seed((int(seed) * 7 + 104_729) % (2**63 - 1))
+        self._context_rng.manual_seed((int(seed) * 13 + 15_485_863) % (2**63 - 1))
 
     def _to_unit(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 [b, T, H, W, 3] on the device -> float [b, 3, T, H, W] in [-1, 1]."""
@@ -249,6 +257,17 @@ class WanWorldModelEnv:
         h = self.model.vae.quant_conv(self._anchor.out)
         return self.model.normalize(torch.chunk(h, 2, dim=1)[0])
 
+    def _noised_condition(self, cond: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The condition latents plus ``context_noise_sigma`` * N(0, I), the inference side of
+        the objective's ``context_noise_sigma`` (GameNGen's noise augmentation): the model sees
+        its own imperfect frames as it saw noised true ones in training. A full-batch draw from
+        its own RNG stream (the generation noise is unchanged); decoding keeps the clean ones."""
+        if self.context_noise_sigma == 0:
+            return cond
+        eps = torch.randn((self.num_envs, *cond.shape[1:]), generator=self._context_rng,
+                          device=self.device)[rows]
+        return cond + self.context_noise_sigma * eps
+
     def _generate(self, cond: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor):
         c, (h, w) = self.model.latent_channels, self.latent_hw
         shape = (self.num_envs, c, self.new_latents, h, w)
@@ -296,7 +315,8 @@ class WanWorldModelEnv:
 
             tm = time.perf_counter()
             cond = self._condition_latents(rows)
-            new_lat, regenerations = self._generate(cond, full_actions, rows)
+            seen = self._noised_condition(cond, rows)  # what the DiT is shown
+            new_lat, regenerations = self._generate(seen, full_actions, rows)
             video = self.model.decode(torch.cat([cond, new_lat], 2))[:, :, self.condition_frames:]
             self._sync()
             self.timings["model"] += time.perf_counter() - tm
@@ -332,7 +352,7 @@ class WanWorldModelEnv:
                 tc = time.perf_counter()
                 ended = rows[ending]
                 again = self._resample_scores(
-                    cond[ending], full_actions[ending], ended,
+                    cond[ending], seen[ending], full_actions[ending], ended,
                     [tasks[i] for i in ending.tolist()])
                 self._resample_success[ended] = chunk_success(again, self.success_threshold)
                 if self.resample_return:
@@ -357,14 +377,14 @@ class WanWorldModelEnv:
             info["resample_success"] = self._resample_success.clone()
         return self._obs(), rewards, terms, truncs, info
 
-    def _resample_scores(self, cond: torch.Tensor, actions: torch.Tensor, rows: torch.Tensor,
-                         tasks: list[str]) -> torch.Tensor:
+    def _resample_scores(self, cond: torch.Tensor, seen: torch.Tensor, actions: torch.Tensor,
+                         rows: torch.Tensor, tasks: list[str]) -> torch.Tensor:
         """Reward scores [len(rows), chunk] of the same chunk imagined again from independent
         noise (``resample_check``); a non-finite draw scores as a black frame."""
         c, (h, w) = self.model.latent_channels, self.latent_hw
         noise = torch.randn((self.num_envs, c, self.new_latents, h, w),
                             generator=self._check_rng, device=self.device)[rows]
-        new = self.model.generate(cond, actions, noise, self.num_inference_steps)
+        new = self.model.generate(seen, actions, noise, self.num_inference_steps)
         video = self.model.decode(torch.cat([cond, new], 2))[:, :, self.condition_frames:]
         frames = unit_to_u8_torch(video.permute(0, 2, 3, 4, 1).nan_to_num(-1.0))
         return self._score(frames, tasks, rows)
@@ -424,6 +444,7 @@ class WanWorldModelEnv:
             "reset_rng": self._reset_rng.get_state(),
             "noise_rng": self._noise_rng.get_state(),
             "check_rng": self._check_rng.get_state(),
+            "context_rng": self._context_rng.get_state(),
             "has_reset": self._has_reset,
         }
         if self._has_reset:
@@ -443,6 +464,8 @@ class WanWorldModelEnv:
         self._reset_rng.set_state(sd["reset_rng"])
         self._noise_rng.set_state(sd["noise_rng"])
         self._check_rng.set_state(sd["check_rng"])
+        if "context_rng" in sd:  # (absent from the state of runs before the option)
+            self._context_rng.set_state(sd["context_rng"])
         self._has_reset = sd["has_reset"]
         if not self._has_reset:
             return

@@ -230,11 +230,13 @@ def fidelity_report(model, episodes: Sequence[Episode], reward: Callable | None 
                     success_threshold: float = 0.99, num_inference_steps: int = 5,
                     seed: int = 0, batch_size: int = 64, chunk: int = CHUNK,
                     log: Callable[[str], None] = print,
-                    camera: PinholeCamera | None = None) -> tuple[dict, np.ndarray]:
+                    camera: PinholeCamera | None = None,
+                    context_noise_sigma: float = 0.0) -> tuple[dict, np.ndarray]:
     """(report, imagined frames [B, F, H, W, 3], frame 0 the first frame, F = 1 + chunk * n)
     of ``episodes`` replayed through ``model`` ``batch_size`` at a time (``imagined_replays``:
     batch i's noise seeded with ``seed`` + i); one printed line per chunk. ``camera``: the
-    one the episodes were rendered with, for the state figures (episodes with ``states``)."""
+    one the episodes were rendered with, for the state figures (episodes with ``states``).
+    ``context_noise_sigma``: the env's noise on the condition latents (0: none)."""
     if not episodes:
         raise ValueError("no episodes to replay: the dataset is empty")
     if chunk != CHUNK:
@@ -242,7 +244,8 @@ def fidelity_report(model, episodes: Sequence[Episode], reward: Callable | None 
     if camera is not None and any(ep.states is None for ep in episodes):
         raise ValueError("a camera is given but some episodes hold no privileged states")
     t0 = time.perf_counter()
-    videos = imagined_replays(model, episodes, num_inference_steps, batch_size, seed)
+    videos = imagined_replays(model, episodes, num_inference_steps, batch_size, seed,
+                              context_noise_sigma)
     width = chunk * max(math.ceil(len(ep) / chunk) for ep in episodes)
     frames = np.stack([np.concatenate([ep.frames[:1], _pad(v, width)])
                        for ep, v in zip(episodes, videos)])
@@ -253,6 +256,7 @@ def fidelity_report(model, episodes: Sequence[Episode], reward: Callable | None 
         log(chunk_line(rows[-1]))
     report = {"n_episodes": len(episodes), "n_chunks": len(rows), "chunk": chunk,
               "num_inference_steps": num_inference_steps, "seed": seed,
+              "context_noise_sigma": context_noise_sigma,
               "batch_size": batch_size, "image_size": list(episodes[0].frames.shape[1:3]),
               "state_figures": camera is not None, "chunks": rows,
               "first_success_step": [first_success(ep) for ep in episodes], "reward": None}
@@ -306,11 +310,13 @@ def run_report(world_model: str | Path, episodes: str | Path, out: str | Path,
                reward: str | Path | None = None, max_episodes: int | None = None,
                seed: int = 0, num_inference_steps: int = 5, success_threshold: float = 0.99,
                force: bool = False, device: str = "cpu",
-               log: Callable[[str], None] = print) -> dict:
+               log: Callable[[str], None] = print, context_noise_sigma: float = 0.0) -> dict:
     """``scripts/wm_report.py``: ``--out`` checked before anything loads, then the world model
     (``save_pretrained``'s folder) and the reward on ``device``, the episodes (and the camera
     they were rendered with), the replay and the outputs."""
     check_output_dir(out, WRITER, force=force, key="--out")
+    if context_noise_sigma < 0:
+        raise ConfigError(f"--context-noise={context_noise_sigma} must be >= 0")
     try:
         kind = torch.device(device).type
     except RuntimeError as err:
@@ -333,7 +339,8 @@ def run_report(world_model: str | Path, episodes: str | Path, out: str | Path,
     score = None if reward is None else load_reward(str(reward))[0].to(device)
     camera = recorded_camera(episodes, eps, log)
     report, frames = fidelity_report(model, eps, score, success_threshold, num_inference_steps,
-                                     seed, log=log, camera=camera)
+                                     seed, log=log, camera=camera,
+                                     context_noise_sigma=context_noise_sigma)
     report.update(world_model=str(world_model), episodes=str(episodes),
                   reward_checkpoint=None if reward is None else str(reward), device=device,
                   camera=None if camera is None else recorded_camera_name(episodes))

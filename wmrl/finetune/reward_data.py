@@ -175,12 +175,13 @@ def imagined_frames(
 
 @torch.no_grad()
 def imagined_replays(model: ActionWanModel, episodes: Sequence, num_inference_steps: int,
-                     batch_size: int = 64, seed: int = 0) -> list[np.ndarray]:
+                     batch_size: int = 64, seed: int = 0,
+                     context_noise_sigma: float = 0.0) -> list[np.ndarray]:
     """Each episode's open-loop replay in ``model``: a ``WanWorldModelEnv`` started from the
     episode's first frame is fed its actions chunk by chunk; uint8 [T, H, W, 3] per episode,
     imagined frame t + 1 after action t (frame i of the replay pairs with simulator frame
     i + 1). ``batch_size`` episodes are imagined together (one env, its noise seeded with
-    ``seed`` + the batch's first index)."""
+    ``seed`` + the batch's first index; ``context_noise_sigma``: the env's)."""
     h, w = episodes[0].frames.shape[1:3]
     device = next(model.transformer.parameters()).device
     videos = []
@@ -192,7 +193,8 @@ def imagined_replays(model: ActionWanModel, episodes: Sequence, num_inference_st
                                condition_frames=CONDITION_FRAMES,
                                num_inference_steps=num_inference_steps,
                                max_episode_steps=n_chunks * CHUNK, seed=seed + i,
-                               height=h, width=w, return_frames=True, device=str(device))
+                               height=h, width=w, return_frames=True, device=str(device),
+                               context_noise_sigma=context_noise_sigma)
         video = [info["frames"].cpu().numpy() for info in open_loop_replay(env, eps, n_chunks)]
         video = np.concatenate(video, 1)  # [b, n_chunks * CHUNK, H, W, 3]: frames 1..
         videos += [video[j, : len(ep)] for j, ep in enumerate(eps)]
