@@ -4,6 +4,7 @@ model on two tiny episodes (MuJoCo only to read the camera of a dataset that nam
 import json
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -209,6 +210,34 @@ def test_report_of_a_tiny_world_model(tmp_path, capsys):
                        num_inference_steps=1, success_threshold=0.5, context_noise_sigma=0.5)
     assert noisy["context_noise_sigma"] == 0.5 and saved["context_noise_sigma"] == 0.0
     assert noisy["chunks"][1]["psnr"] != saved["chunks"][1]["psnr"]
+
+
+def test_the_report_runs_on_an_imported_wovr_model(tmp_path):
+    """A WoVR release at a tiny size, imported as a user imports WoVR's (``import_dit``,
+    ``import_vae``): a DiT in the release's key layout (random values, 4 latent channels) and
+    Wan2.2's own VAE code's tiny checkpoint (tests/fixtures/rlinf/wan22_vae_tiny.pth, 16x
+    spatial, 4 channels). The report replays episodes through it like any world model."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from wmrl.pipeline.rlinf.dit import import_dit, release_dit_shapes
+    from wmrl.pipeline.rlinf.vae import import_vae
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "rlinf"
+    g = torch.Generator().manual_seed(0)
+    shapes = release_dit_shapes(dim=32, ffn=48, channels=4, freq_dim=16, layers=2)
+    save_file({k: torch.randn(v, generator=g) * 0.2 for k, v in shapes.items()},
+              str(tmp_path / "dit.safetensors"))
+    import_dit([tmp_path / "dit.safetensors"], tmp_path / "wm", num_heads=2, text_dim=8)
+    io = load_file(str(fixtures / "wan22_vae_tiny_io.safetensors"))
+    import_vae(fixtures / "wan22_vae_tiny.pth", tmp_path / "wm",
+               latents_mean=io["latents_mean"].tolist(), latents_std=io["latents_std"].tolist())
+    pushed_square_episodes(tmp_path)
+    report = run_report(tmp_path / "wm", tmp_path / "eps", tmp_path / "out",
+                        num_inference_steps=1)
+    assert report["n_episodes"] == 2 and report["n_chunks"] == 2
+    assert all(0 < r["psnr"] <= 100 for r in report["chunks"])
+    assert (tmp_path / "out" / "report.json").is_file()
 
 
 def test_state_figures_through_a_camera(tmp_path):
