@@ -174,7 +174,7 @@ class SimEvalCallback(L.Callback):
         ``wandb.Table``. Returns the printed line's part."""
         sbs, kw = self.side_by_side, self.eval_kwargs
         pace = getattr(pl_module, "pace", None)  # the world model PACE refined, if it did
-        weights = pace.current_state() if pace is not None and pace.version > 0 else None
+        weights = pace.current_state() if pace is not None and pace.ledger.version > 0 else None
         task = next(iter(res.outcomes))  # evaluate_policy's name of tasks[0]
         t0 = time.perf_counter()
         scenes = imagined_beside_eval(

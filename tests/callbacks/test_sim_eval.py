@@ -58,3 +58,44 @@ def test_paired_gap_at_an_eval(tmp_path, capsys):
     assert "imagined vs real on 2 scenes" in capsys.readouterr().out
     saved = json.loads((tmp_path / "history.jsonl").read_text())
     assert saved["sim/paired_gap"] == row["sim/paired_gap"]
+
+
+def test_paired_gap_of_a_pace_run_imagines_with_its_current_world_model(tmp_path):
+    """A module with PACE (``pl_module.pace``): before any round (version 0) the env's weights;
+    after one, the copy PACE refined (``Pace.current_state``). Here the refined copy is made to
+    differ from the shipped weights (one tensor shifted), so the imagined episodes differ while
+    the simulator's verdicts do not."""
+    import json
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.loggers import CSVLogger
+    from test_config import fit_cfg
+
+    from wmrl.build import build, to_container
+    from wmrl.pace.round import Pace
+
+    cfg = fit_cfg()
+    sim = {**to_container(cfg.callbacks.sim_eval.env), "max_episode_steps": 16}
+    sbs = {"scenes": 2, "env": to_container(cfg.env), "chunk": 8, "max_episode_steps": 16}
+    module = L.LightningModule()
+    module.policy = build(cfg.policy)
+    module.pace = Pace(world_model=to_container(cfg.env.world_model), tasks=["red_of_two"],
+                       verbose=False)
+    rows = {}
+    for version in (0, 1):
+        if version:
+            module.pace.ensure_models()
+            with torch.no_grad():
+                next(module.pace.model.transformer.parameters()).add_(0.5)
+            module.pace.ledger.version = 1
+        out = tmp_path / f"v{version}"
+        cb = SimEvalCallback(episodes_per_task=2, tasks=["red_of_two"], num_envs=2,
+                             num_videos=0, env=sim, side_by_side=sbs, out_dir=str(out))
+        trainer = L.Trainer(logger=CSVLogger(str(out)), default_root_dir=str(out),
+                            enable_progress_bar=False)
+        cb._run(trainer, module)
+        rows[version] = [json.loads(line) for line in
+                         open(out / "side_by_side" / "side_by_side.jsonl")]
+    assert [r["sim_success"] for r in rows[0]] == [r["sim_success"] for r in rows[1]]
+    assert [r["peak_score"] for r in rows[0]] != [r["peak_score"] for r in rows[1]]
