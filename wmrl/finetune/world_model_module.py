@@ -426,16 +426,17 @@ class WorldModelFinetune(L.LightningModule):
         if self.hparams.part != "dit":
             raise ConfigError("the Lightning path trains the DiT (part=dit); the VAE stage "
                               "runs without a Trainer (fit_pixels)")
-        latents, actions = self._latents(batch["frames"]), batch["actions"]
+        frames, actions = batch["frames"], batch["actions"]
         gen = self._generator(self.global_step, self.global_rank)
-        n_own = round(self.hparams.own_context_fraction * latents.shape[0])
+        n_own = round(self.hparams.own_context_fraction * frames.shape[0])
+        keep = frames.shape[0] - n_own
+        latents = self._latents(frames[:keep])  # (the replaced clips are never encoded)
         if n_own:  # that share of the batch: clips with the model's own imagined context
             if self._own is None or self.global_step % self.hparams.own_context_refresh == 0:
                 self._own = self.own_context_replays()
             own_lat, own_act = self._own
             j = torch.randint(len(own_lat), (n_own,), generator=gen).to(own_lat.device)
-            keep = latents.shape[0] - n_own
-            latents = torch.cat([latents[:keep], own_lat[j]])
+            latents = torch.cat([latents, own_lat[j]])
             actions = torch.cat([actions[:keep], own_act[j].to(actions.device)])
         loss = self.latent_loss(latents, actions, gen)
         self.step(loss)
